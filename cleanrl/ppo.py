@@ -1,0 +1,491 @@
+# PPO for discrete actions (Schulman et al. 2017), the reference script of cleanrl; docs: README.md#scripts
+import json
+import os
+import pickle
+import random
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+from torch.distributions.categorical import Categorical
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the model into `runs/{run_name}` and evaluate it for 10 episodes"""
+    checkpoint_interval: int = 0
+    """environment steps between checkpoints written to `runs/{run_name}/checkpoint.pt` (0 = off)"""
+    resume: Optional[str] = None
+    """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
+
+    # Algorithm specific arguments
+    env_id: str = "CartPole-v1"
+    """the id of the environment (any Gymnasium id, or `module:EnvName-v0` for your own)"""
+    total_timesteps: int = 500000
+    """total timesteps of the experiments"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 4
+    """the number of parallel game environments"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 4
+    """the number of mini-batches"""
+    update_epochs: int = 4
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: Optional[float] = None
+    """the target KL divergence threshold (stops the update epochs early when exceeded)"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    minibatch_size: int = 0
+    """the mini-batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+def fail(message: str):
+    """Bad input ends with one line on stderr and exit code 2, before any heavy work."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_env(env_id, idx, capture_video, run_name):
+    def thunk():
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        else:
+            env = gym.make(env_id)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        return env
+
+    return thunk
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, envs):
+        super().__init__()
+        obs_dim = np.array(envs.single_observation_space.shape).prod()
+        self.critic = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 1), std=1.0),
+        )
+        self.actor = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, envs.single_action_space.n), std=0.01),
+        )
+
+    def get_value(self, x):
+        return self.critic(x.flatten(1))
+
+    def get_action_and_value(self, x, action=None):
+        x = x.flatten(1)
+        # validate_args=False: the logits come from our own network; the checks cost more than the network itself
+        probs = Categorical(logits=self.actor(x), validate_args=False)
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action), probs.entropy(), self.critic(x)
+
+
+def compute_gae(rewards, values, next_values, terminations, episode_ends, gamma, gae_lambda):
+    """Generalized Advantage Estimation over a rollout of shape (num_steps, num_envs).
+
+    next_values[t] is the value of the state that step t led to: the next state of the rollout, or, where an
+    episode ended at step t, the value of its real final observation (so a time-limit truncation bootstraps
+    from where the episode stopped). A termination zeroes that bootstrap; any episode end (termination or
+    truncation) stops the lambda-return from leaking into the next episode.
+    """
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = 0.0
+    for t in reversed(range(rewards.shape[0])):
+        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
+        lastgaelam = delta + gamma * gae_lambda * (1.0 - episode_ends[t]) * lastgaelam
+        advantages[t] = lastgaelam
+    return advantages, advantages + values
+
+
+def atomic_save(obj, path):
+    """A reader (or a resumed run) sees the old file or the new one, never a half-written one."""
+    tmp_path = f"{path}.tmp"
+    torch.save(obj, tmp_path)
+    os.replace(tmp_path, path)
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    checkpoint = None
+    if args.resume is not None:
+        checkpoint_path = os.path.join(args.resume, "checkpoint.pt")
+        if not os.path.isfile(checkpoint_path):
+            fail(f"--resume {args.resume}: no checkpoint.pt there (was the run started with --checkpoint-interval?)")
+        checkpoint = torch.load(checkpoint_path, weights_only=False)
+        # the saved run's Args are the defaults; flags given now (e.g. a larger --total-timesteps) override them
+        args = tyro.cli(Args, default=Args(**checkpoint["args"]))
+
+    for flag in ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]:
+        if getattr(args, flag) <= 0:
+            fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    if args.checkpoint_interval < 0:
+        fail(f"--checkpoint-interval must be >= 0 (0 = off), got {args.checkpoint_interval}")
+    args.batch_size = int(args.num_envs * args.num_steps)
+    if args.batch_size % args.num_minibatches != 0:
+        fail(
+            f"--num-minibatches {args.num_minibatches} must divide the batch size --num-envs * --num-steps = "
+            f"{args.batch_size}; pick a divisor of it"
+        )
+    args.minibatch_size = int(args.batch_size // args.num_minibatches)
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if args.num_iterations == 0:
+        fail(f"--total-timesteps {args.total_timesteps} is less than one rollout (--num-envs * --num-steps = {args.batch_size})")
+    try:
+        gym.spec(args.env_id)  # also imports `module` for a `module:EnvName-v0` id
+    except (gym.error.Error, ModuleNotFoundError) as e:
+        fail(f"--env-id {args.env_id}: {e}")
+
+    if checkpoint is None:
+        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = f"runs/{run_name}"
+    else:
+        run_name, run_dir = checkpoint["run_name"], args.resume.rstrip("/")
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "args.json"), "w") as f:
+        json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
+
+    # seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if device.type == "cpu":
+        # a 64-unit MLP is too small to split across threads: one thread avoids the synchronisation cost
+        torch.set_num_threads(1)
+
+    # env setup: SAME_STEP autoreset returns the reset observation at once and the real last one in infos["final_obs"]
+    if checkpoint is not None and checkpoint["envs"] is not None:
+        env_fns = [lambda env=env: env for env in pickle.loads(checkpoint["envs"])]
+    else:
+        env_fns = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
+    envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    if not isinstance(envs.single_action_space, gym.spaces.Discrete):
+        envs.close()
+        fail(
+            f"--env-id {args.env_id} has a {type(envs.single_action_space).__name__} action space; ppo.py supports "
+            "Discrete ones only (use ppo_continuous_action.py for Box actions)"
+        )
+
+    agent = Agent(envs).to(device)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+
+    # storage for one rollout
+    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape).to(device)
+    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape).to(device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    rewards = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    terminations = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    episode_ends = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    values = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    final_values = torch.zeros((args.num_steps, args.num_envs)).to(device)
+
+    global_step, start_iteration = 0, 1
+    if checkpoint is None:
+        next_obs, _ = envs.reset(seed=args.seed)
+        wandb_run_id = None
+    else:
+        agent.load_state_dict(checkpoint["agent"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        global_step, start_iteration = checkpoint["global_step"], checkpoint["iteration"] + 1
+        random.setstate(checkpoint["rng"]["python"])
+        np.random.set_state(checkpoint["rng"]["numpy"])
+        torch.set_rng_state(checkpoint["rng"]["torch"])
+        if checkpoint["envs"] is not None:
+            next_obs = checkpoint["next_obs"]
+        else:  # the envs could not be pickled: fresh episodes, seeded apart from the first run's
+            next_obs, _ = envs.reset(seed=args.seed + global_step)
+        wandb_run_id = checkpoint["wandb_run_id"]
+    next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+
+    if args.track:
+        import wandb
+
+        wandb_run_id = wandb_run_id or wandb.util.generate_id()
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            id=wandb_run_id,
+            resume="allow",
+            monitor_gym=True,
+            save_code=True,
+        )
+    # on resume, purge_step hides whatever the killed run logged after its last checkpoint: no step repeats
+    writer = SummaryWriter(run_dir, purge_step=global_step if checkpoint is not None else None)
+    if checkpoint is None:
+        writer.add_text(
+            "hyperparameters",
+            "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+        )
+
+    def save_checkpoint(iteration):
+        try:
+            env_state = cloudpickle.dumps(envs.envs)
+        except (pickle.PicklingError, TypeError) as e:  # e.g. a renderer's window handle when recording video
+            print(f"warning: env state not saved ({e}); a resumed run starts new episodes", file=sys.stderr)
+            env_state = None
+        state = {
+            "args": asdict(args),
+            "run_name": run_name,
+            "iteration": iteration,
+            "global_step": global_step,
+            "agent": agent.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+            "envs": env_state,
+            "next_obs": next_obs.cpu().numpy(),
+            "wandb_run_id": wandb_run_id,
+        }
+        atomic_save(state, os.path.join(run_dir, "checkpoint.pt"))
+
+    # Slurm and spot instances send SIGTERM before killing: finish the iteration, checkpoint, exit non-zero
+    stop_requested = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.set())
+    next_checkpoint_step = (global_step // args.checkpoint_interval + 1) * args.checkpoint_interval if args.checkpoint_interval else None
+
+    recent_returns = deque(maxlen=20)
+    on_terminal = sys.stdout.isatty()
+    print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
+    if on_terminal:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
+            TimeRemainingColumn(),
+        )
+        progress_task = progress.add_task(args.exp_name, total=args.num_iterations * args.batch_size, completed=global_step, stats="")
+        progress.start()
+    start_time, start_step = time.time(), global_step
+
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        # Annealing the rate if instructed to do so.
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        final_values.zero_()
+        for step in range(0, args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+
+            with torch.no_grad():
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
+                values[step] = value.flatten()
+            actions[step] = action
+            logprobs[step] = logprob
+
+            next_obs_np, reward, terminated, truncated, infos = envs.step(action.cpu().numpy())
+            rewards[step] = torch.as_tensor(reward, device=device)
+            terminations[step] = torch.as_tensor(terminated, device=device)
+            episode_ends[step] = torch.as_tensor(terminated | truncated, device=device)
+            next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
+
+            if "final_info" in infos:
+                # a truncated episode is not over for the agent: bootstrap from the value of its real last observation
+                truncated_only = np.flatnonzero(truncated & ~terminated)
+                if len(truncated_only) > 0:
+                    final_obs = torch.as_tensor(np.stack(infos["final_obs"][truncated_only]), dtype=torch.float32, device=device)
+                    with torch.no_grad():
+                        final_values[step, truncated_only] = agent.get_value(final_obs).flatten()
+                for i in np.flatnonzero(infos["final_info"]["_episode"]):
+                    episodic_return = float(infos["final_info"]["episode"]["r"][i])
+                    recent_returns.append(episodic_return)
+                    writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+                    writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
+
+        with torch.no_grad():
+            next_values = torch.cat([values[1:], agent.get_value(next_obs).reshape(1, -1)])
+            next_values = torch.where(episode_ends.bool(), final_values, next_values)
+            advantages, returns = compute_gae(rewards, values, next_values, terminations, episode_ends, args.gamma, args.gae_lambda)
+
+        # flatten the batch
+        b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
+        b_logprobs = logprobs.reshape(-1)
+        b_actions = actions.reshape((-1,) + envs.single_action_space.shape)
+        b_advantages = advantages.reshape(-1)
+        b_returns = returns.reshape(-1)
+        b_values = values.reshape(-1)
+
+        # Optimizing the policy and value network
+        b_inds = np.arange(args.batch_size)
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            np.random.shuffle(b_inds)
+            for start in range(0, args.batch_size, args.minibatch_size):
+                mb_inds = b_inds[start : start + args.minibatch_size]
+
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions.long()[mb_inds])
+                logratio = newlogprob - b_logprobs[mb_inds]
+                ratio = logratio.exp()
+
+                with torch.no_grad():
+                    # calculate approx_kl http://joschu.net/blog/kl-approx.html
+                    old_approx_kl = (-logratio).mean()
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs += [((ratio - 1.0).abs() > args.clip_coef).float().mean().item()]
+
+                mb_advantages = b_advantages[mb_inds]
+                if args.norm_adv:
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+                # Policy loss
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+                # Value loss
+                newvalue = newvalue.view(-1)
+                if args.clip_vloss:
+                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                    v_clipped = b_values[mb_inds] + torch.clamp(
+                        newvalue - b_values[mb_inds],
+                        -args.clip_coef,
+                        args.clip_coef,
+                    )
+                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                    v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
+                    v_loss = 0.5 * v_loss_max.mean()
+                else:
+                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+
+                entropy_loss = entropy.mean()
+                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+
+            if args.target_kl is not None and approx_kl > args.target_kl:
+                break
+
+        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+        sps = int((global_step - start_step) / (time.time() - start_time))
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+        writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+
+        recent = f"return {np.mean(recent_returns):.1f}" if recent_returns else "return -"
+        if on_terminal:
+            progress.update(progress_task, completed=global_step, stats=f"{sps} SPS, {recent}")
+        elif iteration % max(1, args.num_iterations // 20) == 0 or iteration == args.num_iterations:
+            print(f"step {global_step}/{args.num_iterations * args.batch_size}, {sps} SPS, {recent}", flush=True)
+
+        if next_checkpoint_step is not None and global_step >= next_checkpoint_step:
+            save_checkpoint(iteration)
+            next_checkpoint_step = (global_step // args.checkpoint_interval + 1) * args.checkpoint_interval
+        if stop_requested.is_set():
+            save_checkpoint(iteration)
+            if on_terminal:
+                progress.stop()
+            print(f"SIGTERM at step {global_step}: checkpoint written; continue with --resume {run_dir}", file=sys.stderr)
+            envs.close()
+            writer.close()
+            sys.exit(128 + signal.SIGTERM)
+
+    if on_terminal:
+        progress.stop()
+
+    if args.save_model:
+        model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
+        torch.save(agent.state_dict(), model_path)
+        print(f"model saved to {model_path}")
+        from cleanrl_utils.evals.ppo_eval import evaluate
+
+        episodic_returns = evaluate(
+            model_path,
+            make_env,
+            args.env_id,
+            eval_episodes=10,
+            run_name=f"{run_name}-eval",
+            Model=Agent,
+            device=device,
+            capture_video=args.capture_video,
+            seed=args.seed + 100_000,
+        )
+        for idx, episodic_return in enumerate(episodic_returns):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+        print(f"evaluation over {len(episodic_returns)} episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
+
+    envs.close()
+    writer.close()
