@@ -1,4 +1,6 @@
 # PPO for discrete actions (Schulman et al. 2017), the reference script of cleanrl; docs: README.md#scripts
+import glob
+import importlib
 import json
 import os
 import pickle
@@ -148,14 +150,16 @@ class Agent(nn.Module):
         return action, probs.log_prob(action), probs.entropy(), self.critic(x)
 
 
-def compute_gae(rewards, values, next_values, terminations, episode_ends, gamma, gae_lambda):
+def compute_gae(rewards, values, last_value, final_values, terminations, episode_ends, gamma, gae_lambda):
     """Generalized Advantage Estimation over a rollout of shape (num_steps, num_envs).
 
-    next_values[t] is the value of the state that step t led to: the next state of the rollout, or, where an
-    episode ended at step t, the value of its real final observation (so a time-limit truncation bootstraps
-    from where the episode stopped). A termination zeroes that bootstrap; any episode end (termination or
-    truncation) stops the lambda-return from leaking into the next episode.
+    values[t] is V(obs[t]) and last_value is V of the observation after the rollout. Where an episode ended at
+    step t, obs[t + 1] is already the next episode's reset observation, so the bootstrap comes from
+    final_values[t] = V(real last observation) instead: a time-limit truncation keeps the value of where it
+    stopped, a termination zeroes it, and no episode end lets the lambda-return leak into the next episode.
     """
+    next_values = torch.cat([values[1:], last_value.reshape(1, -1)])
+    next_values = torch.where(episode_ends.bool(), final_values, next_values)
     advantages = torch.zeros_like(rewards)
     lastgaelam = 0.0
     for t in reversed(range(rewards.shape[0])):
@@ -199,7 +203,10 @@ if __name__ == "__main__":
     if args.num_iterations == 0:
         fail(f"--total-timesteps {args.total_timesteps} is less than one rollout (--num-envs * --num-steps = {args.batch_size})")
     try:
-        gym.spec(args.env_id)  # also imports `module` for a `module:EnvName-v0` id
+        module, _, registered_id = args.env_id.rpartition(":")
+        if module:  # a user's own env: importing its module registers it, as gym.make would
+            importlib.import_module(module)
+        gym.spec(registered_id)
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
 
@@ -208,9 +215,6 @@ if __name__ == "__main__":
         run_dir = f"runs/{run_name}"
     else:
         run_name, run_dir = checkpoint["run_name"], args.resume.rstrip("/")
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "args.json"), "w") as f:
-        json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
 
     # seeding
     random.seed(args.seed)
@@ -234,6 +238,10 @@ if __name__ == "__main__":
             f"--env-id {args.env_id} has a {type(envs.single_action_space).__name__} action space; ppo.py supports "
             "Discrete ones only (use ppo_continuous_action.py for Box actions)"
         )
+
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "args.json"), "w") as f:
+        json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
 
     agent = Agent(envs).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
@@ -269,32 +277,36 @@ if __name__ == "__main__":
     if args.track:
         import wandb
 
-        wandb_run_id = wandb_run_id or wandb.util.generate_id()
-        wandb.init(
+        wandb_run = wandb.init(
             project=args.wandb_project_name,
             entity=args.wandb_entity,
             sync_tensorboard=True,
             config=vars(args),
             name=run_name,
-            id=wandb_run_id,
+            id=wandb_run_id,  # None starts a new W&B run; a resumed run appends to its own
             resume="allow",
-            monitor_gym=True,
             save_code=True,
         )
+        wandb_run_id = wandb_run.id
     # on resume, purge_step hides whatever the killed run logged after its last checkpoint: no step repeats
-    writer = SummaryWriter(run_dir, purge_step=global_step if checkpoint is not None else None)
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
     if checkpoint is None:
         writer.add_text(
             "hyperparameters",
             "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
         )
 
+    env_state_warned = False
+
     def save_checkpoint(iteration):
+        global env_state_warned
         try:
             env_state = cloudpickle.dumps(envs.envs)
         except (pickle.PicklingError, TypeError) as e:  # e.g. a renderer's window handle when recording video
-            print(f"warning: env state not saved ({e}); a resumed run starts new episodes", file=sys.stderr)
             env_state = None
+            if not env_state_warned:
+                print(f"warning: env state not checkpointed ({e}); a resumed run starts new episodes", file=sys.stderr)
+                env_state_warned = True
         state = {
             "args": asdict(args),
             "run_name": run_name,
@@ -365,9 +377,9 @@ if __name__ == "__main__":
                     writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
 
         with torch.no_grad():
-            next_values = torch.cat([values[1:], agent.get_value(next_obs).reshape(1, -1)])
-            next_values = torch.where(episode_ends.bool(), final_values, next_values)
-            advantages, returns = compute_gae(rewards, values, next_values, terminations, episode_ends, args.gamma, args.gae_lambda)
+            advantages, returns = compute_gae(
+                rewards, values, agent.get_value(next_obs), final_values, terminations, episode_ends, args.gamma, args.gae_lambda
+            )
 
         # flatten the batch
         b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
@@ -489,3 +501,6 @@ if __name__ == "__main__":
 
     envs.close()
     writer.close()
+    if args.track and args.capture_video:
+        for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
+            wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})

@@ -1,0 +1,174 @@
+"""cleanrl/ppo.py: smoke with every flag, learning, GAE by hand, resume, determinism, bad inputs."""
+
+import importlib.util
+import json
+import signal
+import time
+
+import numpy as np
+import pytest
+import torch
+from helpers import REPO, assert_clean_failure, only_run_dir, run_script, scalar_tags, scalars, start_script
+
+SHORT = ["--total-timesteps", "1024", "--num-envs", "2", "--num-steps", "128"]
+
+
+def load_ppo():
+    spec = importlib.util.spec_from_file_location("ppo", REPO / "cleanrl" / "ppo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # importing must not train: the run lives under __main__
+    return module
+
+
+def test_gae_by_hand_with_truncation_and_termination():
+    ppo = load_ppo()
+    gamma, lam = 0.9, 0.8
+    # columns: env 0 is truncated at step 1 (then a new episode), env 1 terminates at step 2
+    rewards = torch.tensor([[1.0, 0.0], [2.0, 1.0], [0.0, 3.0], [1.0, 0.0]])
+    values = torch.tensor([[0.5, 1.0], [0.6, 1.1], [0.2, 1.2], [0.3, 0.4]])
+    last_value = torch.tensor([[0.7], [0.9]])
+    final_values = torch.tensor([[0.0, 0.0], [5.0, 0.0], [0.0, 9.0], [0.0, 0.0]])  # V(real last obs) where ended
+    terminations = torch.tensor([[0.0, 0.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    episode_ends = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+
+    advantages, returns = ppo.compute_gae(rewards, values, last_value, final_values, terminations, episode_ends, gamma, lam)
+
+    # env 0, backwards: step 3 bootstraps from last_value; step 1 (truncated) from its final value 5.0,
+    # not from values[2] (the next episode's reset state), and step 0 carries step 1's advantage
+    a0_3 = 1 + 0.9 * 0.7 - 0.3  # 1.33
+    a0_2 = (0 + 0.9 * 0.3 - 0.2) + 0.9 * 0.8 * a0_3  # 1.0276
+    a0_1 = 2 + 0.9 * 5.0 - 0.6  # 5.9, nothing carried back across the episode end
+    a0_0 = (1 + 0.9 * 0.6 - 0.5) + 0.9 * 0.8 * a0_1  # 5.288
+    # env 1: step 2 terminates: no bootstrap at all (its final value 9.0 must be ignored)
+    a1_3 = 0 + 0.9 * 0.9 - 0.4  # 0.41
+    a1_2 = 3 - 1.2  # 1.8
+    a1_1 = (1 + 0.9 * 1.2 - 1.1) + 0.9 * 0.8 * a1_2  # 2.276
+    a1_0 = (0 + 0.9 * 1.1 - 1.0) + 0.9 * 0.8 * a1_1  # 1.62872
+    expected = torch.tensor([[a0_0, a1_0], [a0_1, a1_1], [a0_2, a1_2], [a0_3, a1_3]])
+    torch.testing.assert_close(advantages, expected)
+    torch.testing.assert_close(returns, expected + values)
+
+
+def test_smoke_with_every_flag(tmp_path):
+    result = run_script(
+        "ppo.py", *SHORT, "--capture-video", "--save-model", "--track", "--checkpoint-interval", "512", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    assert list((tmp_path / "videos").rglob("*.mp4")), "--capture-video wrote no mp4"
+    assert (run_dir / "ppo.cleanrl_model").stat().st_size > 0
+    assert (run_dir / "checkpoint.pt").exists()
+    saved = json.loads((run_dir / "args.json").read_text())
+    assert saved["script"] == "ppo.py" and saved["args"]["total_timesteps"] == 1024
+    assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
+    tags = scalar_tags(run_dir)
+    for tag in [
+        "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
+        "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl",
+        "losses/old_approx_kl", "losses/clipfrac", "losses/explained_variance",
+    ]:  # fmt: skip
+        assert tag in tags, tag
+    eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
+    assert len(eval_returns) == 10 and all(r >= 1 for r in eval_returns)
+    assert "evaluation over 10 episodes" in result.stdout
+
+
+def test_users_own_env_by_module_path(tmp_path):
+    result = run_script("ppo.py", "--env-id", "custom_env:Corridor-v0", *SHORT, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lengths = [value for _, value in scalars(only_run_dir(tmp_path), "charts/episodic_length")]
+    assert lengths and max(lengths) <= 20  # the env's own time limit applies
+
+
+@pytest.mark.slow
+def test_learns_cartpole(tmp_path):
+    result = run_script("ppo.py", "--total-timesteps", "120832", "--seed", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    returns = [value for _, value in scalars(only_run_dir(tmp_path), "charts/episodic_return")]
+    # a random policy scores about 22; a PPO with a broken loss or advantage stays far below this
+    assert np.mean(returns[-20:]) >= 200, returns[-20:]
+
+
+def test_same_seed_same_returns(tmp_path):
+    runs = []
+    for name in ["a", "b"]:
+        (tmp_path / name).mkdir()
+        result = run_script("ppo.py", "--total-timesteps", "4096", "--seed", "7", cwd=tmp_path / name)
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs.append(scalars(only_run_dir(tmp_path / name), "charts/episodic_return"))
+    assert len(runs[0]) > 20
+    assert runs[0] == runs[1]
+
+
+def wait_for(predicate, process, timeout=120):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert process.poll() is None, f"the run ended early: {process.communicate()[1][-3000:]}"
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_killed_run_resumes_to_the_same_weights(tmp_path):
+    flags = ["--total-timesteps", "40960", "--seed", "3", "--save-model", "--checkpoint-interval", "4096"]
+    (tmp_path / "uninterrupted").mkdir()
+    result = run_script("ppo.py", *flags, cwd=tmp_path / "uninterrupted")
+    assert result.returncode == 0, result.stderr[-3000:]
+    reference_weights = torch.load(only_run_dir(tmp_path / "uninterrupted") / "ppo.cleanrl_model")
+
+    (tmp_path / "killed").mkdir()
+    process = start_script("ppo.py", *flags, cwd=tmp_path / "killed")
+    # kill it hard once it has checkpointed and logged past that checkpoint
+    wait_for(lambda: list((tmp_path / "killed" / "runs").rglob("checkpoint.pt")), process)
+    checkpoint_path = list((tmp_path / "killed" / "runs").rglob("checkpoint.pt"))[0]
+    time.sleep(0.5)
+    process.kill()
+    process.wait()
+    assert process.returncode == -signal.SIGKILL
+    run_dir = checkpoint_path.parent
+    checkpoint_step = torch.load(checkpoint_path, weights_only=False)["global_step"]
+    assert checkpoint_step < 40960
+
+    result = run_script("ppo.py", "--resume", str(run_dir), cwd=tmp_path / "killed")
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = [step for step, _ in scalars(run_dir, "charts/SPS")]
+    assert steps == sorted(set(steps)), "a global step was logged twice"
+    assert steps == list(range(512, 40960 + 1, 512)), "the resumed run skipped or repeated iterations"
+    resumed_weights = torch.load(run_dir / "ppo.cleanrl_model")
+    for name, tensor in reference_weights.items():
+        assert torch.equal(tensor, resumed_weights[name]), name
+
+
+def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
+    process = start_script("ppo.py", "--total-timesteps", "200704", cwd=tmp_path)
+    wait_for(lambda: list((tmp_path / "runs").rglob("events.out.tfevents.*")), process)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    run_dir = only_run_dir(tmp_path)
+    assert f"--resume {run_dir.relative_to(tmp_path)}" in stderr
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    assert 0 < checkpoint["global_step"] < 200704
+    # a larger budget given at resume time is honoured; the rest of the Args come from the checkpoint
+    result = run_script("ppo.py", "--resume", str(run_dir), "--total-timesteps", "10240", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "flags, fragments",
+    [
+        (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
+        (["--env-id", "no_such_module:Thing-v0"], ["--env-id no_such_module:Thing-v0"]),
+        (["--env-id", "Pendulum-v1"], ["Box action space", "ppo_continuous_action.py"]),
+        (["--num-minibatches", "3"], ["--num-minibatches 3 must divide", "512"]),
+        (["--num-envs", "0"], ["--num-envs must be positive"]),
+        (["--total-timesteps", "-5"], ["--total-timesteps must be positive"]),
+        (["--update-epochs", "0"], ["--update-epochs must be positive"]),
+        (["--checkpoint-interval", "-1"], ["--checkpoint-interval must be >= 0"]),
+        (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint.pt"]),
+    ],
+)
+def test_bad_input_is_one_clear_line(tmp_path, flags, fragments):
+    result = run_script("ppo.py", *flags, cwd=tmp_path)
+    assert_clean_failure(result, *fragments)
+    assert not (tmp_path / "runs").exists() or flags[0] == "--env-id", "a bad input started a run"
