@@ -1,0 +1,92 @@
+"""Side by side on this machine: cleanrl/ppo.py against Stable-Baselines3's PPO, identical hyperparameters and budget.
+
+Each run is timed from process start to exit (imports included) and runs alone, one after the other.
+Prints, per seed and on average: wall time, steps per second, peak memory (RSS) and the final return
+(mean of the last 100 episodes), then the speed ratio. Usage: benchmark/speed_ppo.sh [--seeds 1 2 3]
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def timed_run(command: list[str], cwd: str) -> tuple[float, float, str]:
+    """Wall seconds, peak RSS in MB and stdout of one command, measured by the kernel's accounting of that child."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    stdout = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{' '.join(command)} failed with status {os.waitstatus_to_exitcode(status)}")
+    return wall, usage.ru_maxrss / 1024, stdout
+
+
+def run_cleanrl(seed: int, total_timesteps: int) -> dict:
+    with tempfile.TemporaryDirectory() as cwd:
+        command = [sys.executable, str(REPO / "cleanrl" / "ppo.py"), "--seed", str(seed), "--total-timesteps", str(total_timesteps)]
+        wall, peak_mb, _ = timed_run(command, cwd)
+        (run_dir,) = {p.parent for p in pathlib.Path(cwd, "runs").rglob("events.out.tfevents.*")}
+        accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+        accumulator.Reload()
+        returns = [event.value for event in accumulator.Scalars("charts/episodic_return")][-100:]
+    return {"wall": wall, "peak_mb": peak_mb, "final_return": float(np.mean(returns))}
+
+
+def run_sb3(seed: int, total_timesteps: int) -> dict:
+    with tempfile.TemporaryDirectory() as cwd:
+        command = [sys.executable, str(REPO / "benchmark" / "sb3_ppo.py"), "--seed", str(seed), "--total-timesteps", str(total_timesteps)]
+        wall, peak_mb, stdout = timed_run(command, cwd)
+    return {"wall": wall, "peak_mb": peak_mb, "final_return": json.loads(stdout.strip().splitlines()[-1])["final_return"]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--total-timesteps", type=int, default=500000)
+    parser.add_argument("--output", type=pathlib.Path, help="also write the table to this markdown file")
+    args = parser.parse_args()
+    # both scripts run ppo.py's rollout size, so both stop at the last whole rollout of 512 steps
+    steps = args.total_timesteps // 512 * 512
+
+    results = {"cleanrl ppo.py": [], "stable-baselines3 PPO": []}
+    for seed in args.seeds:
+        for name, run in [("stable-baselines3 PPO", run_sb3), ("cleanrl ppo.py", run_cleanrl)]:
+            result = run(seed, args.total_timesteps)
+            results[name].append(result)
+            print(f"{name:22s} seed {seed}: {result['wall']:6.1f} s, {steps / result['wall']:6.0f} steps/s, "
+                  f"{result['peak_mb']:5.0f} MB, final return {result['final_return']:.1f}", flush=True)
+
+    lines = [
+        f"CartPole-v1, {steps} steps, seeds {' '.join(map(str, args.seeds))}, one run at a time on this machine "
+        f"({os.cpu_count()} CPUs); wall time from process start to exit.",
+        "",
+        "| implementation | wall time (s) | steps/s | peak memory (MB) | final return (last 100 episodes) |",
+        "|-|-|-|-|-|",
+    ]
+    for name, runs in results.items():
+        wall = np.array([r["wall"] for r in runs])
+        final = np.array([r["final_return"] for r in runs])
+        lines.append(
+            f"| {name} | {wall.mean():.1f} +- {wall.std():.1f} | {steps / wall.mean():.0f} | "
+            f"{np.mean([r['peak_mb'] for r in runs]):.0f} | {final.mean():.1f} +- {final.std():.1f} |"
+        )
+    speedup = np.mean([r["wall"] for r in results["stable-baselines3 PPO"]]) / np.mean([r["wall"] for r in results["cleanrl ppo.py"]])
+    lines += ["", f"speed ratio (SB3 wall time / ppo.py wall time): {speedup:.2f}x"]
+    print("\n" + "\n".join(lines))
+    if args.output:
+        args.output.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
