@@ -148,22 +148,22 @@ class Agent(nn.Module):
             # Gumbel-max trick: argmax(logits + Gumbel noise) samples from softmax(logits), several times faster
             # than torch.distributions on this hot path (one call per environment step)
             action = (logits - torch.empty_like(logits).exponential_().log()).argmax(dim=-1)
-        logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+        logprob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(dim=-1)
         return action, logprob, entropy, self.critic(x)
 
 
 def compute_gae(rewards, values, last_value, final_values, terminations, episode_ends, gamma, gae_lambda):
-    """Generalized Advantage Estimation over a rollout of shape (num_steps, num_envs).
+    """Generalized Advantage Estimation over a rollout of numpy arrays shaped (num_steps, num_envs).
 
     values[t] is V(obs[t]) and last_value is V of the observation after the rollout. Where an episode ended at
     step t, obs[t + 1] is already the next episode's reset observation, so the bootstrap comes from
     final_values[t] = V(real last observation) instead: a time-limit truncation keeps the value of where it
     stopped, a termination zeroes it, and no episode end lets the lambda-return leak into the next episode.
     """
-    next_values = torch.cat([values[1:], last_value.reshape(1, -1)])
-    next_values = torch.where(episode_ends.bool(), final_values, next_values)
-    advantages = torch.zeros_like(rewards)
+    next_values = np.concatenate([values[1:], last_value.reshape(1, -1)])
+    next_values = np.where(episode_ends, final_values, next_values)
+    advantages = np.zeros_like(rewards)
     lastgaelam = 0.0
     for t in reversed(range(rewards.shape[0])):
         delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
@@ -235,6 +235,12 @@ if __name__ == "__main__":
     else:
         env_fns = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
     envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    if not isinstance(envs.single_observation_space, gym.spaces.Box):
+        envs.close()
+        fail(
+            f"--env-id {args.env_id} has a {type(envs.single_observation_space).__name__} observation space; ppo.py's "
+            "MLP needs a Box one (wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)"
+        )
     if not isinstance(envs.single_action_space, gym.spaces.Discrete):
         envs.close()
         fail(
@@ -247,17 +253,19 @@ if __name__ == "__main__":
         json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
 
     agent = Agent(envs).to(device)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    # fused: one kernel per step instead of a dozen small ops per parameter tensor
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
-    # storage for one rollout
-    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape).to(device)
-    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape).to(device)
-    logprobs = torch.zeros((args.num_steps, args.num_envs)).to(device)
-    rewards = torch.zeros((args.num_steps, args.num_envs)).to(device)
-    terminations = torch.zeros((args.num_steps, args.num_envs)).to(device)
-    episode_ends = torch.zeros((args.num_steps, args.num_envs)).to(device)
-    values = torch.zeros((args.num_steps, args.num_envs)).to(device)
-    final_values = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    # storage for one rollout, in numpy: a write per step is far cheaper than into a tensor; the update
+    # converts the whole rollout to tensors once
+    obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=np.float32)
+    actions = np.zeros((args.num_steps, args.num_envs), dtype=np.int64)
+    logprobs = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    rewards = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    terminations = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    episode_ends = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    values = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    final_values = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)  # V(real last obs) where one ended
 
     global_step, start_iteration = 0, 1
     if checkpoint is None:
@@ -275,7 +283,6 @@ if __name__ == "__main__":
         else:  # the envs could not be pickled: fresh episodes, seeded apart from the first run's
             next_obs, _ = envs.reset(seed=args.seed + global_step)
         wandb_run_id = checkpoint["wandb_run_id"]
-    next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
 
     if args.track:
         import wandb
@@ -319,7 +326,7 @@ if __name__ == "__main__":
             "optimizer": optimizer.state_dict(),
             "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
             "envs": env_state,
-            "next_obs": next_obs.cpu().numpy(),
+            "next_obs": next_obs,
             "wandb_run_id": wandb_run_id,
         }
         atomic_save(state, os.path.join(run_dir, "checkpoint.pt"))
@@ -349,58 +356,54 @@ if __name__ == "__main__":
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        final_values.zero_()
+        final_values[:] = 0.0
         for step in range(0, args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
 
             with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(next_obs)
-                values[step] = value.flatten()
-            actions[step] = action
-            logprobs[step] = logprob
+                action, logprob, _, value = agent.get_action_and_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device))
+            action = action.cpu().numpy()
+            actions[step], logprobs[step], values[step] = action, logprob.cpu().numpy(), value.flatten().cpu().numpy()
 
-            next_obs_np, reward, terminated, truncated, infos = envs.step(action.cpu().numpy())
-            rewards[step] = torch.as_tensor(reward, device=device)
-            terminations[step] = torch.as_tensor(terminated, device=device)
-            episode_ends[step] = torch.as_tensor(terminated | truncated, device=device)
-            next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
+            next_obs, reward, terminated, truncated, infos = envs.step(action)
+            rewards[step], terminations[step], episode_ends[step] = reward, terminated, terminated | truncated
 
             if "final_info" in infos:
                 # a truncated episode is not over for the agent: bootstrap from the value of its real last observation
                 truncated_only = np.flatnonzero(truncated & ~terminated)
                 if len(truncated_only) > 0:
                     final_obs = torch.as_tensor(np.stack(infos["final_obs"][truncated_only]), dtype=torch.float32, device=device)
-                    with torch.no_grad():
-                        final_values[step, truncated_only] = agent.get_value(final_obs).flatten()
+                    with torch.inference_mode():
+                        final_values[step, truncated_only] = agent.get_value(final_obs).flatten().cpu().numpy()
                 for i in np.flatnonzero(infos["final_info"]["_episode"]):
                     episodic_return = float(infos["final_info"]["episode"]["r"][i])
                     recent_returns.append(episodic_return)
                     writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                     writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
 
-        with torch.no_grad():
-            advantages, returns = compute_gae(
-                rewards, values, agent.get_value(next_obs), final_values, terminations, episode_ends, args.gamma, args.gae_lambda
-            )
+        with torch.inference_mode():
+            last_value = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).flatten().cpu().numpy()
+        advantages, returns = compute_gae(
+            rewards, values, last_value, final_values, terminations, episode_ends, args.gamma, args.gae_lambda
+        )
 
         # flatten the batch
-        b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
-        b_logprobs = logprobs.reshape(-1)
-        b_actions = actions.reshape((-1,) + envs.single_action_space.shape)
-        b_advantages = advantages.reshape(-1)
-        b_returns = returns.reshape(-1)
-        b_values = values.reshape(-1)
+        b_obs = torch.as_tensor(obs.reshape((-1,) + envs.single_observation_space.shape), device=device)
+        b_logprobs = torch.as_tensor(logprobs.reshape(-1), device=device)
+        b_actions = torch.as_tensor(actions.reshape(-1), device=device)
+        b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
+        b_returns = torch.as_tensor(returns.reshape(-1), device=device)
+        b_values = torch.as_tensor(values.reshape(-1), device=device)
 
         # Optimizing the policy and value network
-        b_inds = np.arange(args.batch_size)
         clipfracs = []
         for epoch in range(args.update_epochs):
-            np.random.shuffle(b_inds)
+            b_inds = torch.randperm(args.batch_size)
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb_inds = b_inds[start : start + args.minibatch_size]
 
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions.long()[mb_inds])
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
                 logratio = newlogprob - b_logprobs[mb_inds]
                 ratio = logratio.exp()
 
@@ -439,13 +442,13 @@ if __name__ == "__main__":
 
                 optimizer.zero_grad()
                 loss.backward()
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
                 optimizer.step()
 
             if args.target_kl is not None and approx_kl > args.target_kl:
                 break
 
-        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+        y_pred, y_true = values.reshape(-1), returns.reshape(-1)
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 

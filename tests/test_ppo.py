@@ -5,6 +5,7 @@ import json
 import signal
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -24,12 +25,12 @@ def test_gae_by_hand_with_truncation_and_termination():
     ppo = load_ppo()
     gamma, lam = 0.9, 0.8
     # columns: env 0 is truncated at step 1 (then a new episode), env 1 terminates at step 2
-    rewards = torch.tensor([[1.0, 0.0], [2.0, 1.0], [0.0, 3.0], [1.0, 0.0]])
-    values = torch.tensor([[0.5, 1.0], [0.6, 1.1], [0.2, 1.2], [0.3, 0.4]])
-    last_value = torch.tensor([[0.7], [0.9]])
-    final_values = torch.tensor([[0.0, 0.0], [5.0, 0.0], [0.0, 9.0], [0.0, 0.0]])  # V(real last obs) where ended
-    terminations = torch.tensor([[0.0, 0.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
-    episode_ends = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    rewards = np.array([[1.0, 0.0], [2.0, 1.0], [0.0, 3.0], [1.0, 0.0]])
+    values = np.array([[0.5, 1.0], [0.6, 1.1], [0.2, 1.2], [0.3, 0.4]])
+    last_value = np.array([0.7, 0.9])
+    final_values = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 9.0], [0.0, 0.0]])  # V(real last obs) where ended
+    terminations = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    episode_ends = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
 
     advantages, returns = ppo.compute_gae(rewards, values, last_value, final_values, terminations, episode_ends, gamma, lam)
 
@@ -44,9 +45,23 @@ def test_gae_by_hand_with_truncation_and_termination():
     a1_2 = 3 - 1.2  # 1.8
     a1_1 = (1 + 0.9 * 1.2 - 1.1) + 0.9 * 0.8 * a1_2  # 2.276
     a1_0 = (0 + 0.9 * 1.1 - 1.0) + 0.9 * 0.8 * a1_1  # 1.62872
-    expected = torch.tensor([[a0_0, a1_0], [a0_1, a1_1], [a0_2, a1_2], [a0_3, a1_3]])
-    torch.testing.assert_close(advantages, expected)
-    torch.testing.assert_close(returns, expected + values)
+    expected = np.array([[a0_0, a1_0], [a0_1, a1_1], [a0_2, a1_2], [a0_3, a1_3]])
+    np.testing.assert_allclose(advantages, expected, rtol=1e-12)
+    np.testing.assert_allclose(returns, expected + values, rtol=1e-12)
+
+
+def test_policy_samples_from_its_softmax():
+    ppo = load_ppo()
+    agent = ppo.Agent(type("Envs", (), {"single_observation_space": gym.spaces.Box(-1, 1, (3,)), "single_action_space": gym.spaces.Discrete(2)}))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        agent.actor[-1].weight.zero_()
+        agent.actor[-1].bias.copy_(torch.tensor([0.0, np.log(3.0)]))  # probabilities 1/4 and 3/4 for any input
+        actions, logprobs, entropy, _ = agent.get_action_and_value(torch.zeros(40000, 3))
+    assert abs(actions.float().mean().item() - 0.75) < 0.01
+    expected_logprobs = torch.where(actions == 1, np.log(0.75), np.log(0.25)).float()
+    torch.testing.assert_close(logprobs, expected_logprobs)
+    torch.testing.assert_close(entropy, torch.full((40000,), -(0.25 * np.log(0.25) + 0.75 * np.log(0.75))).float())
 
 
 def test_smoke_with_every_flag(tmp_path):
@@ -160,6 +175,7 @@ def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
         (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
         (["--env-id", "no_such_module:Thing-v0"], ["--env-id no_such_module:Thing-v0"]),
         (["--env-id", "Pendulum-v1"], ["Box action space", "ppo_continuous_action.py"]),
+        (["--env-id", "FrozenLake-v1"], ["Discrete observation space", "FlattenObservation"]),
         (["--num-minibatches", "3"], ["--num-minibatches 3 must divide", "512"]),
         (["--num-envs", "0"], ["--num-envs must be positive"]),
         (["--total-timesteps", "-5"], ["--total-timesteps must be positive"]),
