@@ -140,17 +140,20 @@ class Agent(nn.Module):
     def get_value(self, x):
         return self.critic(x.flatten(1))
 
-    def get_action_and_value(self, x, action=None):
+    def get_action(self, x):
+        """Sample one action per observation: all that acting needs, so the per-step path stays short."""
+        logits = self.actor(x.flatten(1))
+        # Gumbel-max trick: argmax(logits + Gumbel noise) is a sample from softmax(logits), at a fraction of the
+        # cost of torch.distributions
+        return (logits - torch.empty_like(logits).exponential_().log()).argmax(dim=-1)
+
+    def evaluate_actions(self, x, action):
+        """Log-probability and entropy of the given actions under the current policy, and the state values."""
         x = x.flatten(1)
-        logits = self.actor(x)
-        log_probs = logits.log_softmax(dim=-1)  # the categorical policy, normalized
-        if action is None:
-            # Gumbel-max trick: argmax(logits + Gumbel noise) samples from softmax(logits), several times faster
-            # than torch.distributions on this hot path (one call per environment step)
-            action = (logits - torch.empty_like(logits).exponential_().log()).argmax(dim=-1)
+        log_probs = self.actor(x).log_softmax(dim=-1)
         logprob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(dim=-1)
-        return action, logprob, entropy, self.critic(x)
+        return logprob, entropy, self.critic(x).flatten()
 
 
 def compute_gae(rewards, values, last_value, final_values, terminations, episode_ends, gamma, gae_lambda):
@@ -260,11 +263,9 @@ if __name__ == "__main__":
     # converts the whole rollout to tensors once
     obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=np.float32)
     actions = np.zeros((args.num_steps, args.num_envs), dtype=np.int64)
-    logprobs = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     rewards = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     terminations = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     episode_ends = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-    values = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     final_values = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)  # V(real last obs) where one ended
 
     global_step, start_iteration = 0, 1
@@ -362,9 +363,8 @@ if __name__ == "__main__":
             obs[step] = next_obs
 
             with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device))
-            action = action.cpu().numpy()
-            actions[step], logprobs[step], values[step] = action, logprob.cpu().numpy(), value.flatten().cpu().numpy()
+                action = agent.get_action(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).cpu().numpy()
+            actions[step] = action
 
             next_obs, reward, terminated, truncated, infos = envs.step(action)
             rewards[step], terminations[step], episode_ends[step] = reward, terminated, terminated | truncated
@@ -382,19 +382,20 @@ if __name__ == "__main__":
                     writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                     writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
 
-        with torch.inference_mode():
-            last_value = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).flatten().cpu().numpy()
-        advantages, returns = compute_gae(
-            rewards, values, last_value, final_values, terminations, episode_ends, args.gamma, args.gae_lambda
-        )
-
         # flatten the batch
         b_obs = torch.as_tensor(obs.reshape((-1,) + envs.single_observation_space.shape), device=device)
-        b_logprobs = torch.as_tensor(logprobs.reshape(-1), device=device)
         b_actions = torch.as_tensor(actions.reshape(-1), device=device)
+        # acting did not need them, so the log-probabilities of the rollout policy and the values come from one
+        # batched pass over the whole rollout (the same code as the update's: the first ratio is exactly 1)
+        with torch.no_grad():
+            b_logprobs, _, b_values = agent.evaluate_actions(b_obs, b_actions)
+            last_value = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device))
+        values = b_values.cpu().numpy().reshape(args.num_steps, args.num_envs)
+        advantages, returns = compute_gae(
+            rewards, values, last_value.cpu().numpy(), final_values, terminations, episode_ends, args.gamma, args.gae_lambda
+        )
         b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
         b_returns = torch.as_tensor(returns.reshape(-1), device=device)
-        b_values = torch.as_tensor(values.reshape(-1), device=device)
 
         # Optimizing the policy and value network
         clipfracs = []
@@ -403,7 +404,7 @@ if __name__ == "__main__":
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb_inds = b_inds[start : start + args.minibatch_size]
 
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                newlogprob, entropy, newvalue = agent.evaluate_actions(b_obs[mb_inds], b_actions[mb_inds])
                 logratio = newlogprob - b_logprobs[mb_inds]
                 ratio = logratio.exp()
 
@@ -423,7 +424,6 @@ if __name__ == "__main__":
                 pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
                 # Value loss
-                newvalue = newvalue.view(-1)
                 if args.clip_vloss:
                     v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
                     v_clipped = b_values[mb_inds] + torch.clamp(

@@ -52,16 +52,18 @@ def test_gae_by_hand_with_truncation_and_termination():
 
 def test_policy_samples_from_its_softmax():
     ppo = load_ppo()
-    agent = ppo.Agent(type("Envs", (), {"single_observation_space": gym.spaces.Box(-1, 1, (3,)), "single_action_space": gym.spaces.Discrete(2)}))
+    spaces = {"single_observation_space": gym.spaces.Box(-1, 1, (3,)), "single_action_space": gym.spaces.Discrete(2)}
+    agent = ppo.Agent(type("Envs", (), spaces))
     torch.manual_seed(0)
     with torch.no_grad():
         agent.actor[-1].weight.zero_()
         agent.actor[-1].bias.copy_(torch.tensor([0.0, np.log(3.0)]))  # probabilities 1/4 and 3/4 for any input
-        actions, logprobs, entropy, _ = agent.get_action_and_value(torch.zeros(40000, 3))
-    assert abs(actions.float().mean().item() - 0.75) < 0.01
-    expected_logprobs = torch.where(actions == 1, np.log(0.75), np.log(0.25)).float()
-    torch.testing.assert_close(logprobs, expected_logprobs)
+        actions = agent.get_action(torch.zeros(40000, 3))
+        logprobs, entropy, values = agent.evaluate_actions(torch.zeros(40000, 3), actions)
+    assert abs(actions.float().mean().item() - 0.75) < 0.01  # the Gumbel-max sampler draws from softmax(logits)
+    torch.testing.assert_close(logprobs, torch.where(actions == 1, np.log(0.75), np.log(0.25)).float())
     torch.testing.assert_close(entropy, torch.full((40000,), -(0.25 * np.log(0.25) + 0.75 * np.log(0.75))).float())
+    assert values.shape == (40000,)
 
 
 def test_smoke_with_every_flag(tmp_path):

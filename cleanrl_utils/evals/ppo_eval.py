@@ -30,7 +30,7 @@ def evaluate(
     episodic_returns = []
     while len(episodic_returns) < eval_episodes:
         with torch.no_grad():
-            actions, _, _, _ = agent.get_action_and_value(torch.as_tensor(obs, dtype=torch.float32, device=device))
+            actions = agent.get_action(torch.as_tensor(obs, dtype=torch.float32, device=device))
         obs, _, _, _, infos = envs.step(actions.cpu().numpy())
         if "final_info" in infos:
             for i in np.flatnonzero(infos["final_info"]["_episode"]):
