@@ -34,7 +34,14 @@ def timed_run(command: list[str], cwd: str) -> tuple[float, float, str]:
 
 def run_cleanrl(seed: int, total_timesteps: int) -> dict:
     with tempfile.TemporaryDirectory() as cwd:
-        command = [sys.executable, str(REPO / "cleanrl" / "ppo.py"), "--seed", str(seed), "--total-timesteps", str(total_timesteps)]
+        command = [
+            sys.executable,
+            str(REPO / "cleanrl" / "ppo.py"),
+            "--seed",
+            str(seed),
+            "--total-timesteps",
+            str(total_timesteps),
+        ]
         wall, peak_mb, _ = timed_run(command, cwd)
         (run_dir,) = {p.parent for p in pathlib.Path(cwd, "runs").rglob("events.out.tfevents.*")}
         accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
@@ -45,7 +52,14 @@ def run_cleanrl(seed: int, total_timesteps: int) -> dict:
 
 def run_sb3(seed: int, total_timesteps: int) -> dict:
     with tempfile.TemporaryDirectory() as cwd:
-        command = [sys.executable, str(REPO / "benchmark" / "sb3_ppo.py"), "--seed", str(seed), "--total-timesteps", str(total_timesteps)]
+        command = [
+            sys.executable,
+            str(REPO / "benchmark" / "sb3_ppo.py"),
+            "--seed",
+            str(seed),
+            "--total-timesteps",
+            str(total_timesteps),
+        ]
         wall, peak_mb, stdout = timed_run(command, cwd)
     return {"wall": wall, "peak_mb": peak_mb, "final_return": json.loads(stdout.strip().splitlines()[-1])["final_return"]}
 
@@ -64,8 +78,11 @@ def main():
         for name, run in [("stable-baselines3 PPO", run_sb3), ("cleanrl ppo.py", run_cleanrl)]:
             result = run(seed, args.total_timesteps)
             results[name].append(result)
-            print(f"{name:22s} seed {seed}: {result['wall']:6.1f} s, {steps / result['wall']:6.0f} steps/s, "
-                  f"{result['peak_mb']:5.0f} MB, final return {result['final_return']:.1f}", flush=True)
+            print(
+                f"{name:22s} seed {seed}: {result['wall']:6.1f} s, {steps / result['wall']:6.0f} steps/s, "
+                f"{result['peak_mb']:5.0f} MB, final return {result['final_return']:.1f}",
+                flush=True,
+            )
 
     lines = [
         f"CartPole-v1, {steps} steps, seeds {' '.join(map(str, args.seeds))}, one run at a time on this machine "
@@ -81,7 +98,9 @@ def main():
             f"| {name} | {wall.mean():.1f} +- {wall.std():.1f} | {steps / wall.mean():.0f} | "
             f"{np.mean([r['peak_mb'] for r in runs]):.0f} | {final.mean():.1f} +- {final.std():.1f} |"
         )
-    speedup = np.mean([r["wall"] for r in results["stable-baselines3 PPO"]]) / np.mean([r["wall"] for r in results["cleanrl ppo.py"]])
+    speedup = np.mean([r["wall"] for r in results["stable-baselines3 PPO"]]) / np.mean(
+        [r["wall"] for r in results["cleanrl ppo.py"]]
+    )
     lines += ["", f"speed ratio (SB3 wall time / ppo.py wall time): {speedup:.2f}x"]
     print("\n" + "\n".join(lines))
     if args.output:

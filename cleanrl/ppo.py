@@ -11,14 +11,13 @@ import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Optional
 
 import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.optim as optim
+from torch import nn
+from torch import optim
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
@@ -37,7 +36,7 @@ class Args:
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "cleanRL"
     """the wandb's project name"""
-    wandb_entity: Optional[str] = None
+    wandb_entity: str | None = None
     """the entity (team) of wandb's project"""
     capture_video: bool = False
     """whether to capture videos of the agent performances (check out `videos` folder)"""
@@ -45,7 +44,7 @@ class Args:
     """whether to save the model into `runs/{run_name}` and evaluate it for 10 episodes"""
     checkpoint_interval: int = 0
     """environment steps between checkpoints written to `runs/{run_name}/checkpoint.pt` (0 = off)"""
-    resume: Optional[str] = None
+    resume: str | None = None
     """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
 
     # Algorithm specific arguments
@@ -81,7 +80,7 @@ class Args:
     """coefficient of the value function"""
     max_grad_norm: float = 0.5
     """the maximum norm for the gradient clipping"""
-    target_kl: Optional[float] = None
+    target_kl: float | None = None
     """the target KL divergence threshold (stops the update epochs early when exceeded)"""
 
     # to be filled in runtime
@@ -175,6 +174,15 @@ def compute_gae(rewards, values, last_value, final_values, terminations, episode
     return advantages, advantages + values
 
 
+def pickle_envs(envs):
+    """The sub-environments of a vector env, pickled with their RNGs, time limits and episode statistics; None
+    where they cannot be (e.g. a renderer's window handle while recording video)."""
+    try:
+        return cloudpickle.dumps(envs.envs)
+    except (pickle.PicklingError, TypeError):
+        return None
+
+
 def atomic_save(obj, path):
     """A reader (or a resumed run) sees the old file or the new one, never a half-written one."""
     tmp_path = f"{path}.tmp"
@@ -207,7 +215,9 @@ if __name__ == "__main__":
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
-        fail(f"--total-timesteps {args.total_timesteps} is less than one rollout (--num-envs * --num-steps = {args.batch_size})")
+        fail(
+            f"--total-timesteps {args.total_timesteps} is less than one rollout (--num-envs * --num-steps = {args.batch_size})"
+        )
     try:
         module, _, registered_id = args.env_id.rpartition(":")
         if module:  # a user's own env: importing its module registers it, as gym.make would
@@ -239,13 +249,11 @@ if __name__ == "__main__":
         env_fns = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
     envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     if not isinstance(envs.single_observation_space, gym.spaces.Box):
-        envs.close()
         fail(
             f"--env-id {args.env_id} has a {type(envs.single_observation_space).__name__} observation space; ppo.py's "
             "MLP needs a Box one (wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)"
         )
     if not isinstance(envs.single_action_space, gym.spaces.Discrete):
-        envs.close()
         fail(
             f"--env-id {args.env_id} has a {type(envs.single_action_space).__name__} action space; ppo.py supports "
             "Discrete ones only (use ppo_continuous_action.py for Box actions)"
@@ -279,9 +287,14 @@ if __name__ == "__main__":
         random.setstate(checkpoint["rng"]["python"])
         np.random.set_state(checkpoint["rng"]["numpy"])
         torch.set_rng_state(checkpoint["rng"]["torch"])
+        if device.type == "cuda" and checkpoint["rng"]["cuda"] is not None:
+            torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
         if checkpoint["envs"] is not None:
             next_obs = checkpoint["next_obs"]
-        else:  # the envs could not be pickled: fresh episodes, seeded apart from the first run's
+        else:
+            print(
+                "warning: the checkpoint holds no env state (it could not be pickled); starting new episodes", file=sys.stderr
+            )
             next_obs, _ = envs.reset(seed=args.seed + global_step)
         wandb_run_id = checkpoint["wandb_run_id"]
 
@@ -307,17 +320,7 @@ if __name__ == "__main__":
             "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
         )
 
-    env_state_warned = False
-
     def save_checkpoint(iteration):
-        global env_state_warned
-        try:
-            env_state = cloudpickle.dumps(envs.envs)
-        except (pickle.PicklingError, TypeError) as e:  # e.g. a renderer's window handle when recording video
-            env_state = None
-            if not env_state_warned:
-                print(f"warning: env state not checkpointed ({e}); a resumed run starts new episodes", file=sys.stderr)
-                env_state_warned = True
         state = {
             "args": asdict(args),
             "run_name": run_name,
@@ -325,8 +328,13 @@ if __name__ == "__main__":
             "global_step": global_step,
             "agent": agent.state_dict(),
             "optimizer": optimizer.state_dict(),
-            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
-            "envs": env_state,
+            "rng": {
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
+            },
+            "envs": pickle_envs(envs),
             "next_obs": next_obs,
             "wandb_run_id": wandb_run_id,
         }
@@ -335,7 +343,6 @@ if __name__ == "__main__":
     # Slurm and spot instances send SIGTERM before killing: finish the iteration, checkpoint, exit non-zero
     stop_requested = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.set())
-    next_checkpoint_step = (global_step // args.checkpoint_interval + 1) * args.checkpoint_interval if args.checkpoint_interval else None
 
     recent_returns = deque(maxlen=20)
     on_terminal = sys.stdout.isatty()
@@ -344,10 +351,15 @@ if __name__ == "__main__":
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
             TimeRemainingColumn(),
         )
-        progress_task = progress.add_task(args.exp_name, total=args.num_iterations * args.batch_size, completed=global_step, stats="")
+        progress_task = progress.add_task(
+            args.exp_name, total=args.num_iterations * args.batch_size, completed=global_step, stats=""
+        )
         progress.start()
     start_time, start_step = time.time(), global_step
 
@@ -358,7 +370,7 @@ if __name__ == "__main__":
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
         final_values[:] = 0.0
-        for step in range(0, args.num_steps):
+        for step in range(args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
 
@@ -373,7 +385,9 @@ if __name__ == "__main__":
                 # a truncated episode is not over for the agent: bootstrap from the value of its real last observation
                 truncated_only = np.flatnonzero(truncated & ~terminated)
                 if len(truncated_only) > 0:
-                    final_obs = torch.as_tensor(np.stack(infos["final_obs"][truncated_only]), dtype=torch.float32, device=device)
+                    final_obs = torch.as_tensor(
+                        np.stack(infos["final_obs"][truncated_only]), dtype=torch.float32, device=device
+                    )
                     with torch.inference_mode():
                         final_values[step, truncated_only] = agent.get_value(final_obs).flatten().cpu().numpy()
                 for i in np.flatnonzero(infos["final_info"]["_episode"]):
@@ -426,11 +440,7 @@ if __name__ == "__main__":
                 # Value loss
                 if args.clip_vloss:
                     v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(
-                        newvalue - b_values[mb_inds],
-                        -args.clip_coef,
-                        args.clip_coef,
-                    )
+                    v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
                     v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
                     v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
                     v_loss = 0.5 * v_loss_max.mean()
@@ -469,11 +479,10 @@ if __name__ == "__main__":
         elif iteration % max(1, args.num_iterations // 20) == 0 or iteration == args.num_iterations:
             print(f"step {global_step}/{args.num_iterations * args.batch_size}, {sps} SPS, {recent}", flush=True)
 
-        if next_checkpoint_step is not None and global_step >= next_checkpoint_step:
+        interval = args.checkpoint_interval
+        if (interval and global_step // interval > (global_step - args.batch_size) // interval) or stop_requested.is_set():
             save_checkpoint(iteration)
-            next_checkpoint_step = (global_step // args.checkpoint_interval + 1) * args.checkpoint_interval
         if stop_requested.is_set():
-            save_checkpoint(iteration)
             if on_terminal:
                 progress.stop()
             print(f"SIGTERM at step {global_step}: checkpoint written; continue with --resume {run_dir}", file=sys.stderr)
@@ -503,7 +512,9 @@ if __name__ == "__main__":
         )
         for idx, episodic_return in enumerate(episodic_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(f"evaluation over {len(episodic_returns)} episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
+        print(
+            f"evaluation over {len(episodic_returns)} episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}"
+        )
 
     envs.close()
     writer.close()

@@ -37,4 +37,3 @@ def evaluate(
                 episodic_returns.append(float(infos["final_info"]["episode"]["r"][i]))
     envs.close()
     return episodic_returns
-
