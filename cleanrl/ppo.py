@@ -274,7 +274,7 @@ if __name__ == "__main__":
     rewards = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     terminations = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     episode_ends = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-    final_values = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)  # V(real last obs) where one ended
+    final_obs = np.zeros_like(obs)  # the real last observation where an episode ended (obs[t + 1] is a reset one)
 
     global_step, start_iteration = 0, 1
     if checkpoint is None:
@@ -369,7 +369,6 @@ if __name__ == "__main__":
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        final_values[:] = 0.0
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
@@ -381,15 +380,9 @@ if __name__ == "__main__":
             next_obs, reward, terminated, truncated, infos = envs.step(action)
             rewards[step], terminations[step], episode_ends[step] = reward, terminated, terminated | truncated
 
-            if "final_info" in infos:
-                # a truncated episode is not over for the agent: bootstrap from the value of its real last observation
-                truncated_only = np.flatnonzero(truncated & ~terminated)
-                if len(truncated_only) > 0:
-                    final_obs = torch.as_tensor(
-                        np.stack(infos["final_obs"][truncated_only]), dtype=torch.float32, device=device
-                    )
-                    with torch.inference_mode():
-                        final_values[step, truncated_only] = agent.get_value(final_obs).flatten().cpu().numpy()
+            if "final_obs" in infos:
+                ended = infos["_final_obs"]
+                final_obs[step, ended] = np.stack(infos["final_obs"][ended])
                 for i in np.flatnonzero(infos["final_info"]["_episode"]):
                     episodic_return = float(infos["final_info"]["episode"]["r"][i])
                     recent_returns.append(episodic_return)
@@ -403,10 +396,13 @@ if __name__ == "__main__":
         # batched pass over the whole rollout (the same code as the update's: the first ratio is exactly 1)
         with torch.no_grad():
             b_logprobs, _, b_values = agent.evaluate_actions(b_obs, b_actions)
-            last_value = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device))
+            last_value = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).cpu().numpy()
+            # a truncated episode is not over for the agent: it bootstraps from the value of its real last observation
+            final_values = agent.get_value(torch.as_tensor(final_obs, device=device).flatten(0, 1)).cpu().numpy()
         values = b_values.cpu().numpy().reshape(args.num_steps, args.num_envs)
+        final_values = final_values.reshape(args.num_steps, args.num_envs)
         advantages, returns = compute_gae(
-            rewards, values, last_value.cpu().numpy(), final_values, terminations, episode_ends, args.gamma, args.gae_lambda
+            rewards, values, last_value, final_values, terminations, episode_ends, args.gamma, args.gae_lambda
         )
         b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
         b_returns = torch.as_tensor(returns.reshape(-1), device=device)

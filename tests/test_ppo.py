@@ -66,6 +66,36 @@ def test_policy_samples_from_its_softmax():
     assert values.shape == (40000,)
 
 
+def test_rollout_sees_real_last_observations_across_resets():
+    """The contract ppo.py's rollout relies on, through its own make_env: a short-episode env stepped through
+    several resets. Where an episode ends, next_obs is already the reset observation, the real last one is in
+    infos["final_obs"], termination and truncation are told apart, and the episode's statistics come with it."""
+    ppo = load_ppo()
+    import custom_env  # noqa: F401  (registers Corridor-v0: exit at position 5, time limit 20)
+
+    envs = gym.vector.SyncVectorEnv(
+        [ppo.make_env("Corridor-v0", i, False, "test") for i in range(2)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    next_obs, _ = envs.reset(seed=0)
+    ends = []
+    for step in range(45):  # env 0 walks right (ends by termination every 5 steps), env 1 left (truncated at 20)
+        next_obs, rewards, terminated, truncated, infos = envs.step(np.array([1, 0]))
+        if terminated[0]:
+            assert infos["_final_obs"][0] and infos["final_obs"][0][0] == 1.0  # at the exit
+            assert rewards[0] == 1.0 and next_obs[0][0] == 0.0  # the reward is the exit's; the obs is the reset one
+            assert infos["final_info"]["episode"]["l"][0] == 5
+            ends.append((step, "terminated"))
+        if truncated[1]:
+            assert not terminated[1] and infos["_final_obs"][1] and infos["final_obs"][1][0] == 0.0
+            assert infos["final_info"]["episode"]["l"][1] == 20 and infos["final_info"]["episode"]["r"][1] == 0.0
+            ends.append((step, "truncated"))
+        if not (terminated[0] or truncated[0]):
+            assert next_obs[0][0] == ((step % 5) + 1) / 5  # mid-episode: the observation moves on
+    envs.close()
+    assert [s for s, kind in ends if kind == "terminated"] == [4, 9, 14, 19, 24, 29, 34, 39, 44]
+    assert [s for s, kind in ends if kind == "truncated"] == [19, 39]
+
+
 def test_smoke_with_every_flag(tmp_path):
     result = run_script(
         "ppo.py", *SHORT, "--capture-video", "--save-model", "--track", "--checkpoint-interval", "512", cwd=tmp_path
@@ -88,6 +118,39 @@ def test_smoke_with_every_flag(tmp_path):
     eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
     assert len(eval_returns) == 10 and all(r >= 1 for r in eval_returns)
     assert "evaluation over 10 episodes" in result.stdout
+
+
+def test_progress_bar_on_a_terminal_sparse_lines_elsewhere(tmp_path):
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from helpers import script_env
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "cleanrl" / "ppo.py"), "--total-timesteps", "4096"],
+        cwd=tmp_path, env=script_env(), stdin=terminal, stdout=terminal, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    os.close(terminal)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        output += chunk
+    assert process.wait(timeout=120) == 0
+    assert "4096/4096" in output.decode(errors="replace")  # rich's bar: completed/total steps
+    assert "━" in output.decode(errors="replace")
+
+    (tmp_path / "piped").mkdir()
+    result = run_script("ppo.py", "--total-timesteps", "40960", cwd=tmp_path / "piped")
+    progress_lines = [line for line in result.stdout.splitlines() if line.startswith("step ")]
+    assert len(progress_lines) == 20 and progress_lines[-1].startswith("step 40960/40960")
 
 
 def test_users_own_env_by_module_path(tmp_path):
