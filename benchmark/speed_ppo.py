@@ -6,6 +6,7 @@ Prints, per seed and on average: wall time, steps per second, peak memory (RSS) 
 """
 
 import argparse
+import csv
 import json
 import os
 import pathlib
@@ -32,36 +33,19 @@ def timed_run(command: list[str], cwd: str) -> tuple[float, float, str]:
     return wall, usage.ru_maxrss / 1024, stdout
 
 
-def run_cleanrl(seed: int, total_timesteps: int) -> dict:
+def run_script(script: str, seed: int, total_timesteps: int) -> dict:
+    """One run of `script` in a fresh folder: its wall time, peak memory and final return (last 100 episodes)."""
     with tempfile.TemporaryDirectory() as cwd:
-        command = [
-            sys.executable,
-            str(REPO / "cleanrl" / "ppo.py"),
-            "--seed",
-            str(seed),
-            "--total-timesteps",
-            str(total_timesteps),
-        ]
-        wall, peak_mb, _ = timed_run(command, cwd)
-        (run_dir,) = {p.parent for p in pathlib.Path(cwd, "runs").rglob("events.out.tfevents.*")}
-        accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-        accumulator.Reload()
-        returns = [event.value for event in accumulator.Scalars("charts/episodic_return")][-100:]
-    return {"wall": wall, "peak_mb": peak_mb, "final_return": float(np.mean(returns))}
-
-
-def run_sb3(seed: int, total_timesteps: int) -> dict:
-    with tempfile.TemporaryDirectory() as cwd:
-        command = [
-            sys.executable,
-            str(REPO / "benchmark" / "sb3_ppo.py"),
-            "--seed",
-            str(seed),
-            "--total-timesteps",
-            str(total_timesteps),
-        ]
+        command = [sys.executable, str(REPO / script), "--seed", str(seed), "--total-timesteps", str(total_timesteps)]
         wall, peak_mb, stdout = timed_run(command, cwd)
-    return {"wall": wall, "peak_mb": peak_mb, "final_return": json.loads(stdout.strip().splitlines()[-1])["final_return"]}
+        if script == "benchmark/sb3_ppo.py":  # prints its own final return
+            final_return = json.loads(stdout.strip().splitlines()[-1])["final_return"]
+        else:  # cleanrl logs every episode to TensorBoard
+            (run_dir,) = {p.parent for p in pathlib.Path(cwd, "runs").rglob("events.out.tfevents.*")}
+            accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+            accumulator.Reload()
+            final_return = float(np.mean([event.value for event in accumulator.Scalars("charts/episodic_return")][-100:]))
+    return {"wall": wall, "peak_mb": peak_mb, "final_return": final_return}
 
 
 def main():
@@ -75,8 +59,8 @@ def main():
 
     results = {"cleanrl ppo.py": [], "stable-baselines3 PPO": []}
     for seed in args.seeds:
-        for name, run in [("stable-baselines3 PPO", run_sb3), ("cleanrl ppo.py", run_cleanrl)]:
-            result = run(seed, args.total_timesteps)
+        for name, script in [("stable-baselines3 PPO", "benchmark/sb3_ppo.py"), ("cleanrl ppo.py", "cleanrl/ppo.py")]:
+            result = run_script(script, seed, args.total_timesteps)
             results[name].append(result)
             print(
                 f"{name:22s} seed {seed}: {result['wall']:6.1f} s, {steps / result['wall']:6.0f} steps/s, "
@@ -87,6 +71,7 @@ def main():
     lines = [
         f"CartPole-v1, {steps} steps, seeds {' '.join(map(str, args.seeds))}, one run at a time on this machine "
         f"({os.cpu_count()} CPUs); wall time from process start to exit.",
+        f"Command: `benchmark/speed_ppo.sh {' '.join(sys.argv[1:])}`",
         "",
         "| implementation | wall time (s) | steps/s | peak memory (MB) | final return (last 100 episodes) |",
         "|-|-|-|-|-|",
@@ -98,6 +83,12 @@ def main():
             f"| {name} | {wall.mean():.1f} +- {wall.std():.1f} | {steps / wall.mean():.0f} | "
             f"{np.mean([r['peak_mb'] for r in runs]):.0f} | {final.mean():.1f} +- {final.std():.1f} |"
         )
+    with open(REPO / "benchmark" / "reference_scores.csv") as f:
+        reference = next(row for row in csv.DictReader(f) if row["script"] == "ppo" and row["env_id"] == "CartPole-v1")
+    lines.append(
+        f"| published reference ({reference['source']}, {int(reference['total_timesteps'])} steps) | | | | "
+        f"{float(reference['mean']):.1f} +- {float(reference['std']):.1f} |"
+    )
     speedup = np.mean([r["wall"] for r in results["stable-baselines3 PPO"]]) / np.mean(
         [r["wall"] for r in results["cleanrl ppo.py"]]
     )

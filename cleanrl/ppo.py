@@ -1,4 +1,4 @@
-# PPO for discrete actions (Schulman et al. 2017), the reference script of cleanrl; docs: README.md#scripts
+# PPO for discrete actions (Schulman et al. 2017), the reference script of cleanrl; docs: README.md#ppopy
 import glob
 import importlib
 import json
