@@ -1,4 +1,4 @@
-"""The peer of cleanrl/ppo.py in benchmark/speed_ppo.py: Stable-Baselines3's PPO with ppo.py's default hyperparameters."""
+"""The peer of cleanrl/ppo.py in benchmark/speed_vs_sb3.py: Stable-Baselines3's PPO with ppo.py's default hyperparameters."""
 
 import argparse
 import json

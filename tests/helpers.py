@@ -1,9 +1,14 @@
 """What the script tests share: run a cleanrl script as a user would, and read back what it logged."""
 
+import importlib.util
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
+
+import torch
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -73,3 +78,68 @@ def assert_clean_failure(result: subprocess.CompletedProcess, *expected_fragment
     assert "Traceback" not in result.stderr, result.stderr
     for fragment in expected_fragments:
         assert fragment in result.stderr, (fragment, result.stderr)
+
+
+def load_script(name: str):
+    """Import cleanrl/<name>.py as a module, as a test of its pure pieces would (importing must not train)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "cleanrl" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def wait_for(predicate, process: subprocess.Popen, timeout: float = 120):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert process.poll() is None, f"the run ended early: {process.communicate()[1][-3000:]}"
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def check_killed_run_resumes_to_the_same_weights(script: str, flags: list[str], tmp_path: pathlib.Path, steps_tag: str):
+    """Run `flags` (which include --save-model and --checkpoint-interval) once uninterrupted, and once SIGKILLed after
+    its first checkpoint then resumed: the resumed run completes, logs `steps_tag` at the same steps as the
+    uninterrupted one (none twice, none missing), and ends with identical weights. Returns the resumed run's folder."""
+    model_file = f"{pathlib.Path(script).stem}.cleanrl_model"
+    (tmp_path / "uninterrupted").mkdir()
+    result = run_script(script, *flags, cwd=tmp_path / "uninterrupted")
+    assert result.returncode == 0, result.stderr[-3000:]
+    reference_dir = only_run_dir(tmp_path / "uninterrupted")
+    reference_weights = torch.load(reference_dir / model_file)
+
+    (tmp_path / "killed").mkdir()
+    process = start_script(script, *flags, cwd=tmp_path / "killed")
+    wait_for(lambda: list((tmp_path / "killed" / "runs").rglob("checkpoint.pt")), process)
+    checkpoint_path = next((tmp_path / "killed" / "runs").rglob("checkpoint.pt"))
+    time.sleep(0.5)  # let it log past the checkpoint, so the resumed run must hide those steps
+    process.kill()
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed: give it a larger budget"
+    run_dir = checkpoint_path.parent
+
+    result = run_script(script, "--resume", str(run_dir), cwd=tmp_path / "killed")
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = [step for step, _ in scalars(run_dir, steps_tag)]
+    assert steps == sorted(set(steps)), "a global step was logged twice"
+    assert steps == [step for step, _ in scalars(reference_dir, steps_tag)], "the resumed run skipped or repeated steps"
+    resumed_weights = torch.load(run_dir / model_file)
+    for name, tensor in reference_weights.items():
+        assert torch.equal(tensor, resumed_weights[name]), name
+    return run_dir
+
+
+def check_sigterm_checkpoints_and_resumes(script: str, tmp_path: pathlib.Path, long_budget: int, resume_budget: int):
+    """SIGTERM mid-run: a checkpoint, exit code 143 and a line saying how to resume; resuming with a new
+    --total-timesteps then finishes."""
+    process = start_script(script, "--total-timesteps", str(long_budget), cwd=tmp_path)
+    wait_for(lambda: list((tmp_path / "runs").rglob("events.out.tfevents.*")), process)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    run_dir = only_run_dir(tmp_path)
+    assert f"--resume {run_dir.relative_to(tmp_path)}" in stderr
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    assert 0 < checkpoint["global_step"] < long_budget
+    result = run_script(script, "--resume", str(run_dir), "--total-timesteps", str(resume_budget), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]

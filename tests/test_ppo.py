@@ -1,24 +1,28 @@
 """cleanrl/ppo.py: smoke with every flag, learning, GAE by hand, resume, determinism, bad inputs."""
 
-import importlib.util
 import json
-import signal
-import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import REPO, assert_clean_failure, only_run_dir, run_script, scalar_tags, scalars, start_script
+from helpers import (
+    REPO,
+    assert_clean_failure,
+    check_killed_run_resumes_to_the_same_weights,
+    check_sigterm_checkpoints_and_resumes,
+    load_script,
+    only_run_dir,
+    run_script,
+    scalar_tags,
+    scalars,
+)
 
 SHORT = ["--total-timesteps", "1024", "--num-envs", "2", "--num-steps", "128"]
 
 
 def load_ppo():
-    spec = importlib.util.spec_from_file_location("ppo", REPO / "cleanrl" / "ppo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # importing must not train: the run lives under __main__
-    return module
+    return load_script("ppo")
 
 
 def test_gae_by_hand_with_truncation_and_termination():
@@ -181,58 +185,14 @@ def test_same_seed_same_returns(tmp_path):
     assert runs[0] == runs[1]
 
 
-def wait_for(predicate, process, timeout=120):
-    deadline = time.time() + timeout
-    while not predicate():
-        assert process.poll() is None, f"the run ended early: {process.communicate()[1][-3000:]}"
-        assert time.time() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
     flags = ["--total-timesteps", "40960", "--seed", "3", "--save-model", "--checkpoint-interval", "4096"]
-    (tmp_path / "uninterrupted").mkdir()
-    result = run_script("ppo.py", *flags, cwd=tmp_path / "uninterrupted")
-    assert result.returncode == 0, result.stderr[-3000:]
-    reference_weights = torch.load(only_run_dir(tmp_path / "uninterrupted") / "ppo.cleanrl_model")
-
-    (tmp_path / "killed").mkdir()
-    process = start_script("ppo.py", *flags, cwd=tmp_path / "killed")
-    # kill it hard once it has checkpointed and logged past that checkpoint
-    wait_for(lambda: list((tmp_path / "killed" / "runs").rglob("checkpoint.pt")), process)
-    checkpoint_path = list((tmp_path / "killed" / "runs").rglob("checkpoint.pt"))[0]
-    time.sleep(0.5)
-    process.kill()
-    process.wait()
-    assert process.returncode == -signal.SIGKILL
-    run_dir = checkpoint_path.parent
-    checkpoint_step = torch.load(checkpoint_path, weights_only=False)["global_step"]
-    assert checkpoint_step < 40960
-
-    result = run_script("ppo.py", "--resume", str(run_dir), cwd=tmp_path / "killed")
-    assert result.returncode == 0, result.stderr[-3000:]
-    steps = [step for step, _ in scalars(run_dir, "charts/SPS")]
-    assert steps == sorted(set(steps)), "a global step was logged twice"
-    assert steps == list(range(512, 40960 + 1, 512)), "the resumed run skipped or repeated iterations"
-    resumed_weights = torch.load(run_dir / "ppo.cleanrl_model")
-    for name, tensor in reference_weights.items():
-        assert torch.equal(tensor, resumed_weights[name]), name
+    run_dir = check_killed_run_resumes_to_the_same_weights("ppo.py", flags, tmp_path, "charts/SPS")
+    assert [step for step, _ in scalars(run_dir, "charts/SPS")] == list(range(512, 40960 + 1, 512))
 
 
 def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
-    process = start_script("ppo.py", "--total-timesteps", "200704", cwd=tmp_path)
-    wait_for(lambda: list((tmp_path / "runs").rglob("events.out.tfevents.*")), process)
-    time.sleep(1.0)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 128 + signal.SIGTERM, stderr
-    run_dir = only_run_dir(tmp_path)
-    assert f"--resume {run_dir.relative_to(tmp_path)}" in stderr
-    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=False)
-    assert 0 < checkpoint["global_step"] < 200704
-    # a larger budget given at resume time is honoured; the rest of the Args come from the checkpoint
-    result = run_script("ppo.py", "--resume", str(run_dir), "--total-timesteps", "10240", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    check_sigterm_checkpoints_and_resumes("ppo.py", tmp_path, long_budget=200704, resume_budget=10240)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """Evaluate a model saved by `cleanrl/ppo.py --save-model`: play episodes with the trained policy, return their scores."""
 
-from typing import Callable
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -14,7 +14,7 @@ def evaluate(
     eval_episodes: int,
     run_name: str,
     Model: type,
-    device: torch.device = torch.device("cpu"),
+    device: torch.device | str = "cpu",
     capture_video: bool = True,
     seed: int = 0,
 ) -> list[float]:

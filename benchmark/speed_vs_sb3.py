@@ -1,8 +1,10 @@
-"""Side by side on this machine: cleanrl/ppo.py against Stable-Baselines3's PPO, identical hyperparameters and budget.
+"""Side by side on this machine: a cleanrl script against Stable-Baselines3's implementation of the same algorithm,
+identical hyperparameters and budget (the peers are benchmark/sb3_<algo>.py).
 
 Each run is timed from process start to exit (imports included) and runs alone, one after the other.
 Prints, per seed and on average: wall time, steps per second, peak memory (RSS) and the final return
-(mean of the last 100 episodes), then the speed ratio. Usage: benchmark/speed_ppo.sh [--seeds 1 2 3]
+(mean of the last 100 episodes), then the speed ratio.
+Usage: benchmark/speed_ppo.sh or benchmark/speed_dqn.sh [--seeds 1 2 3] [--total-timesteps N] [--output FILE]
 """
 
 import argparse
@@ -33,12 +35,12 @@ def timed_run(command: list[str], cwd: str) -> tuple[float, float, str]:
     return wall, usage.ru_maxrss / 1024, stdout
 
 
-def run_script(script: str, seed: int, total_timesteps: int) -> dict:
+def run_script(script: str, env_id: str, seed: int, total_timesteps: int) -> dict:
     """One run of `script` in a fresh folder: its wall time, peak memory and final return (last 100 episodes)."""
     with tempfile.TemporaryDirectory() as cwd:
-        command = [sys.executable, str(REPO / script), "--seed", str(seed), "--total-timesteps", str(total_timesteps)]
-        wall, peak_mb, stdout = timed_run(command, cwd)
-        if script == "benchmark/sb3_ppo.py":  # prints its own final return
+        command = [sys.executable, str(REPO / script), "--env-id", env_id, "--seed", str(seed)]
+        wall, peak_mb, stdout = timed_run(command + ["--total-timesteps", str(total_timesteps)], cwd)
+        if script.startswith("benchmark/sb3_"):  # prints its own final return
             final_return = json.loads(stdout.strip().splitlines()[-1])["final_return"]
         else:  # cleanrl logs every episode to TensorBoard
             (run_dir,) = {p.parent for p in pathlib.Path(cwd, "runs").rglob("events.out.tfevents.*")}
@@ -50,28 +52,29 @@ def run_script(script: str, seed: int, total_timesteps: int) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algo", choices=["ppo", "dqn"], required=True)
+    parser.add_argument("--env-id", default="CartPole-v1")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--total-timesteps", type=int, default=500000)
     parser.add_argument("--output", type=pathlib.Path, help="also write the table to this markdown file")
     args = parser.parse_args()
-    # both scripts run ppo.py's rollout size, so both stop at the last whole rollout of 512 steps
-    steps = args.total_timesteps // 512 * 512
 
-    results = {"cleanrl ppo.py": [], "stable-baselines3 PPO": []}
+    cleanrl_name, sb3_name = f"cleanrl {args.algo}.py", f"stable-baselines3 {args.algo.upper()}"
+    results = {cleanrl_name: [], sb3_name: []}
     for seed in args.seeds:
-        for name, script in [("stable-baselines3 PPO", "benchmark/sb3_ppo.py"), ("cleanrl ppo.py", "cleanrl/ppo.py")]:
-            result = run_script(script, seed, args.total_timesteps)
+        for name, script in [(sb3_name, f"benchmark/sb3_{args.algo}.py"), (cleanrl_name, f"cleanrl/{args.algo}.py")]:
+            result = run_script(script, args.env_id, seed, args.total_timesteps)
             results[name].append(result)
             print(
-                f"{name:22s} seed {seed}: {result['wall']:6.1f} s, {steps / result['wall']:6.0f} steps/s, "
+                f"{name:24s} seed {seed}: {result['wall']:6.1f} s, {args.total_timesteps / result['wall']:6.0f} steps/s, "
                 f"{result['peak_mb']:5.0f} MB, final return {result['final_return']:.1f}",
                 flush=True,
             )
 
     lines = [
-        f"CartPole-v1, {steps} steps, seeds {' '.join(map(str, args.seeds))}, one run at a time on this machine "
-        f"({os.cpu_count()} CPUs); wall time from process start to exit.",
-        f"Command: `benchmark/speed_ppo.sh {' '.join(sys.argv[1:])}`",
+        f"{args.env_id}, {args.total_timesteps} steps, seeds {' '.join(map(str, args.seeds))}, one run at a time on "
+        f"this machine ({os.cpu_count()} CPUs); wall time from process start to exit.",
+        f"Command: `benchmark/speed_{args.algo}.sh {' '.join(sys.argv[3:])}`",
         "",
         "| implementation | wall time (s) | steps/s | peak memory (MB) | final return (last 100 episodes) |",
         "|-|-|-|-|-|",
@@ -80,19 +83,18 @@ def main():
         wall = np.array([r["wall"] for r in runs])
         final = np.array([r["final_return"] for r in runs])
         lines.append(
-            f"| {name} | {wall.mean():.1f} +- {wall.std():.1f} | {steps / wall.mean():.0f} | "
+            f"| {name} | {wall.mean():.1f} +- {wall.std():.1f} | {args.total_timesteps / wall.mean():.0f} | "
             f"{np.mean([r['peak_mb'] for r in runs]):.0f} | {final.mean():.1f} +- {final.std():.1f} |"
         )
     with open(REPO / "benchmark" / "reference_scores.csv") as f:
-        reference = next(row for row in csv.DictReader(f) if row["script"] == "ppo" and row["env_id"] == "CartPole-v1")
-    lines.append(
-        f"| published reference ({reference['source']}, {int(reference['total_timesteps'])} steps) | | | | "
-        f"{float(reference['mean']):.1f} +- {float(reference['std']):.1f} |"
-    )
-    speedup = np.mean([r["wall"] for r in results["stable-baselines3 PPO"]]) / np.mean(
-        [r["wall"] for r in results["cleanrl ppo.py"]]
-    )
-    lines += ["", f"speed ratio (SB3 wall time / ppo.py wall time): {speedup:.2f}x"]
+        references = [row for row in csv.DictReader(f) if row["script"] == args.algo and row["env_id"] == args.env_id]
+    for reference in references[:1]:
+        lines.append(
+            f"| published reference ({reference['source']}, {int(reference['total_timesteps'])} steps) | | | | "
+            f"{float(reference['mean']):.1f} +- {float(reference['std']):.1f} |"
+        )
+    speedup = np.mean([r["wall"] for r in results[sb3_name]]) / np.mean([r["wall"] for r in results[cleanrl_name]])
+    lines += ["", f"speed ratio ({sb3_name} wall time / {cleanrl_name} wall time): {speedup:.2f}x"]
     print("\n" + "\n".join(lines))
     if args.output:
         args.output.write_text("\n".join(lines) + "\n")

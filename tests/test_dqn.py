@@ -1,0 +1,164 @@
+"""cleanrl/dqn.py: the pure pieces by hand, the replay buffer across resets, smoke, learning, resume, bad inputs."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from helpers import (
+    assert_clean_failure,
+    check_killed_run_resumes_to_the_same_weights,
+    check_sigterm_checkpoints_and_resumes,
+    load_script,
+    only_run_dir,
+    run_script,
+    scalar_tags,
+    scalars,
+)
+
+# a run that trains from its first few hundred steps
+# the learning test's budget: 50,000 steps, exploring over the first 10,000 (about 30 s). On seeds 1-5 the last 20
+# episodes averaged 251-347 (random play scores about 22, a broken Q-learning update stays far below the bar)
+LEARNING_FLAGS = ["--total-timesteps", "50000", "--learning-starts", "1000", "--exploration-fraction", "0.2"]
+LEARNING_FLAGS += ["--train-frequency", "2", "--target-network-frequency", "250"]
+LEARNING_THRESHOLD = 150
+SHORT = ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32"]
+
+
+def test_epsilon_schedule_endpoints():
+    dqn = load_script("dqn")
+    assert dqn.linear_schedule(1.0, 0.05, 250_000, 0) == 1.0
+    assert dqn.linear_schedule(1.0, 0.05, 250_000, 125_000) == pytest.approx(0.525)
+    assert dqn.linear_schedule(1.0, 0.05, 250_000, 250_000) == pytest.approx(0.05)
+    assert dqn.linear_schedule(1.0, 0.05, 250_000, 400_000) == 0.05  # and it stays there
+
+
+def test_td_target_bootstraps_through_truncation_not_termination():
+    dqn = load_script("dqn")
+    rewards = torch.tensor([1.0, 1.0, 0.5])
+    next_q_target = torch.tensor([[1.0, 3.0], [2.0, 0.0], [-1.0, -2.0]])
+    terminations = torch.tensor([1.0, 0.0, 0.0])  # the second transition was truncated, the third goes on
+    target = dqn.td_target(rewards, next_q_target, terminations, gamma=0.9)
+    torch.testing.assert_close(target, torch.tensor([1.0, 1.0 + 0.9 * 2.0, 0.5 + 0.9 * -1.0]))
+
+
+def test_replay_buffer_holds_real_transitions_across_resets():
+    """Two short-episode envs stepped through several resets, with dqn.py's own make_env, vector env and buffer:
+    every stored transition is one real step, the last step of an episode keeps its real last observation, and
+    only a termination is stored as done."""
+    dqn = load_script("dqn")
+    import custom_env  # noqa: F401  (registers Corridor-v0: exit at position 5, time limit 20)
+
+    envs = gym.vector.SyncVectorEnv(
+        [dqn.make_env("Corridor-v0", i, False, "test") for i in range(2)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    rb = dqn.ReplayBuffer(1000, envs.single_observation_space)
+    obs, _ = envs.reset(seed=0)
+    for _ in range(45):  # env 0 walks to the exit (terminates every 5 steps), env 1 into the wall (truncated at 20)
+        actions = np.array([1, 0])
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        rb.add(obs, dqn.real_next_observations(next_obs, infos), actions, rewards, terminations)
+        obs = next_obs
+    envs.close()
+
+    assert len(rb) == 90
+    walker = slice(0, 90, 2)  # transitions alternate env 0, env 1
+    step = rb.next_obs[walker, 0] - rb.obs[walker, 0]
+    np.testing.assert_allclose(step, 0.2, rtol=1e-6)  # every stored transition moves one cell: no reset jump
+    np.testing.assert_array_equal(rb.terminations[walker], (rb.next_obs[walker, 0] == 1.0).astype(np.float32))
+    np.testing.assert_array_equal(rb.rewards[walker], rb.terminations[walker])
+    assert rb.terminations[walker].sum() == 9
+    waller = slice(1, 90, 2)
+    np.testing.assert_array_equal(rb.obs[waller], 0.0)
+    np.testing.assert_array_equal(rb.next_obs[waller], 0.0)
+    assert rb.terminations[waller].sum() == 0  # the time limit cut its episodes: stored as not done
+
+    torch.manual_seed(0)
+    np.random.seed(0)
+    b_obs, b_actions, b_next_obs, b_rewards, b_terminations = rb.sample(64, "cpu")
+    assert b_obs.shape == (64, 1) and b_actions.dtype == torch.int64 and b_terminations.shape == (64,)
+
+
+def test_replay_buffer_wraps_around():
+    dqn = load_script("dqn")
+    rb = dqn.ReplayBuffer(3, gym.spaces.Box(0, 10, (1,)))
+    for i in range(5):
+        rb.add(np.array([[i]]), np.array([[i + 1]]), np.array([0]), np.array([float(i)]), np.array([False]))
+    assert len(rb) == 3
+    assert sorted(rb.rewards.tolist()) == [2.0, 3.0, 4.0]  # the oldest transitions were overwritten
+
+
+def test_smoke_with_every_flag(tmp_path):
+    result = run_script(
+        "dqn.py", *SHORT, "--capture-video", "--save-model", "--track", "--checkpoint-interval", "1000", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    assert list((tmp_path / "videos").rglob("*.mp4")), "--capture-video wrote no mp4"
+    assert (run_dir / "dqn.cleanrl_model").stat().st_size > 0
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    assert checkpoint["global_step"] == 2000 and checkpoint["replay_buffer"]["full"]  # 2,000 steps filled 1,000 slots
+    np.testing.assert_array_equal(checkpoint["replay_buffer"]["obs"].shape, (1000, 4))
+    assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
+    tags = scalar_tags(run_dir)
+    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon", "losses/td_loss"]:
+        assert tag in tags, tag
+    assert "losses/q_values" in tags
+    eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
+    assert len(eval_returns) == 10 and all(r >= 1 for r in eval_returns)
+
+
+def test_users_own_env_and_several_envs(tmp_path):
+    result = run_script("dqn.py", "--env-id", "custom_env:Corridor-v0", "--num-envs", "3", *SHORT, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lengths = [value for _, value in scalars(only_run_dir(tmp_path), "charts/episodic_length")]
+    assert lengths and max(lengths) <= 20
+
+
+@pytest.mark.slow
+def test_learns_cartpole(tmp_path):
+    result = run_script("dqn.py", *LEARNING_FLAGS, "--seed", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    returns = [value for _, value in scalars(only_run_dir(tmp_path), "charts/episodic_return")]
+    assert np.mean(returns[-20:]) >= LEARNING_THRESHOLD, returns[-20:]
+
+
+def test_same_seed_same_returns(tmp_path):
+    runs = []
+    for name in ["a", "b"]:
+        (tmp_path / name).mkdir()
+        result = run_script("dqn.py", *SHORT, "--total-timesteps", "3000", "--seed", "7", cwd=tmp_path / name)
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs.append(scalars(only_run_dir(tmp_path / name), "charts/episodic_return"))
+    assert len(runs[0]) > 20
+    assert runs[0] == runs[1]
+
+
+def test_killed_run_resumes_to_the_same_weights(tmp_path):
+    flags = [*SHORT, "--total-timesteps", "30000", "--train-frequency", "1", "--seed", "3"]
+    flags += ["--save-model", "--checkpoint-interval", "2000"]
+    check_killed_run_resumes_to_the_same_weights("dqn.py", flags, tmp_path, "losses/td_loss")
+
+
+def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
+    check_sigterm_checkpoints_and_resumes("dqn.py", tmp_path, long_budget=500000, resume_budget=30000)
+
+
+@pytest.mark.parametrize(
+    "flags, fragments",
+    [
+        (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
+        (["--env-id", "Pendulum-v1"], ["Box action space", "sac_continuous_action.py"]),
+        (["--env-id", "FrozenLake-v1"], ["Discrete observation space", "FlattenObservation"]),
+        (["--buffer-size", "0"], ["--buffer-size must be positive"]),
+        (["--train-frequency", "-1"], ["--train-frequency must be positive"]),
+        (["--learning-starts", "-1"], ["--learning-starts must be >= 0"]),
+        (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
+        (["--exploration-fraction", "0"], ["--exploration-fraction must be in (0, 1]"]),
+        (["--tau", "1.5"], ["--tau must be in (0, 1]"]),
+        (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint.pt"]),
+    ],
+)
+def test_bad_input_is_one_clear_line(tmp_path, flags, fragments):
+    result = run_script("dqn.py", *flags, cwd=tmp_path)
+    assert_clean_failure(result, *fragments)
+    assert not (tmp_path / "runs").exists(), "a bad input started a run"
