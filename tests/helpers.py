@@ -88,6 +88,12 @@ def load_script(name: str):
     return module
 
 
+def saved_weights(model_path: pathlib.Path) -> dict:
+    """The state dict in a .cleanrl_model file (alone, or beside the Args that shape the network)."""
+    saved = torch.load(model_path)
+    return saved.get("model_weights", saved)
+
+
 def wait_for(predicate, process: subprocess.Popen, timeout: float = 120):
     deadline = time.time() + timeout
     while not predicate():
@@ -105,7 +111,7 @@ def check_killed_run_resumes_to_the_same_weights(script: str, flags: list[str], 
     result = run_script(script, *flags, cwd=tmp_path / "uninterrupted")
     assert result.returncode == 0, result.stderr[-3000:]
     reference_dir = only_run_dir(tmp_path / "uninterrupted")
-    reference_weights = torch.load(reference_dir / model_file)
+    reference_weights = saved_weights(reference_dir / model_file)
 
     (tmp_path / "killed").mkdir()
     process = start_script(script, *flags, cwd=tmp_path / "killed")
@@ -122,7 +128,7 @@ def check_killed_run_resumes_to_the_same_weights(script: str, flags: list[str], 
     steps = [step for step, _ in scalars(run_dir, steps_tag)]
     assert steps == sorted(set(steps)), "a global step was logged twice"
     assert steps == [step for step, _ in scalars(reference_dir, steps_tag)], "the resumed run skipped or repeated steps"
-    resumed_weights = torch.load(run_dir / model_file)
+    resumed_weights = saved_weights(run_dir / model_file)
     for name, tensor in reference_weights.items():
         assert torch.equal(tensor, resumed_weights[name]), name
     return run_dir

@@ -2,9 +2,9 @@
 
 from collections.abc import Callable
 
-import gymnasium as gym
-import numpy as np
 import torch
+
+from cleanrl_utils.evals.common import make_eval_envs, play_episodes
 
 
 def evaluate(
@@ -19,21 +19,13 @@ def evaluate(
     seed: int = 0,
 ) -> list[float]:
     """Returns the undiscounted return of each of `eval_episodes` full episodes, acting with the saved policy."""
-    envs = gym.vector.SyncVectorEnv(
-        [make_env(env_id, 0, capture_video, run_name)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
-    )
+    envs = make_eval_envs(make_env, env_id, capture_video, run_name)
     agent = Model(envs).to(device)
     agent.load_state_dict(torch.load(model_path, map_location=device))
     agent.eval()
 
-    obs, _ = envs.reset(seed=seed)
-    episodic_returns = []
-    while len(episodic_returns) < eval_episodes:
+    def act(obs):
         with torch.no_grad():
-            actions = agent.get_action(torch.as_tensor(obs, dtype=torch.float32, device=device))
-        obs, _, _, _, infos = envs.step(actions.cpu().numpy())
-        if "final_info" in infos:
-            for i in np.flatnonzero(infos["final_info"]["_episode"]):
-                episodic_returns.append(float(infos["final_info"]["episode"]["r"][i]))
-    envs.close()
-    return episodic_returns
+            return agent.get_action(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
+
+    return play_episodes(envs, act, eval_episodes, seed)

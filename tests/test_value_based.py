@@ -1,4 +1,5 @@
-"""cleanrl/dqn.py: the pure pieces by hand, the replay buffer across resets, smoke, learning, resume, bad inputs."""
+"""The value-based family on classic control, cleanrl/dqn.py and cleanrl/c51.py: their pure pieces by hand, the
+replay buffer across resets, and for each script smoke, learning, determinism, resume and bad inputs."""
 
 import gymnasium as gym
 import numpy as np
@@ -16,11 +17,13 @@ from helpers import (
 )
 
 # a run that trains from its first few hundred steps
-# the learning test's budget: 50,000 steps, exploring over the first 10,000 (about 30 s). On seeds 1-5 the last 20
-# episodes averaged 251-347 (random play scores about 22, a broken Q-learning update stays far below the bar)
+# the learning tests' budget: 50,000 steps, exploring over the first 10,000 (30-50 s). On seeds 1-5 the last 20
+# episodes averaged 251-347 for dqn.py and 187-433 for c51.py; random play scores about 22, and a broken update or
+# projection stays far below the bars
 LEARNING_FLAGS = ["--total-timesteps", "50000", "--learning-starts", "1000", "--exploration-fraction", "0.2"]
 LEARNING_FLAGS += ["--train-frequency", "2", "--target-network-frequency", "250"]
-LEARNING_THRESHOLD = 150
+LEARNING_THRESHOLD = {"dqn.py": 150, "c51.py": 100}
+SCRIPTS = ["dqn.py", "c51.py"]
 SHORT = ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32"]
 
 
@@ -39,6 +42,29 @@ def test_td_target_bootstraps_through_truncation_not_termination():
     terminations = torch.tensor([1.0, 0.0, 0.0])  # the second transition was truncated, the third goes on
     target = dqn.td_target(rewards, next_q_target, terminations, gamma=0.9)
     torch.testing.assert_close(target, torch.tensor([1.0, 1.0 + 0.9 * 2.0, 0.5 + 0.9 * -1.0]))
+
+
+def test_c51_projection_by_hand():
+    c51 = load_script("c51")
+    atoms = torch.tensor([-1.0, 0.0, 1.0])  # v_min -1, v_max 1, atoms 1 apart
+    next_pmfs = torch.tensor([[0.2, 0.3, 0.5], [0.2, 0.3, 0.5], [0.2, 0.3, 0.5], [0.2, 0.3, 0.5]])
+    rewards = torch.tensor([0.5, -3.0, 0.25, 0.0])
+    terminations = torch.tensor([0.0, 1.0, 1.0, 0.0])
+    target = c51.project_distribution(next_pmfs, rewards, terminations, 1.0, atoms)
+    expected = torch.tensor(
+        [
+            # 0.5 + z: -0.5 splits 0.2 evenly between -1 and 0; 0.5 splits 0.3 between 0 and 1; 1.5 is clipped to 1
+            [0.1, 0.1 + 0.15, 0.15 + 0.5],
+            # terminal: every atom collapses to r = -3, clipped to v_min: all the mass on -1
+            [1.0, 0.0, 0.0],
+            # terminal at r = 0.25, between atoms 0 and 1: 3/4 to 0, 1/4 to 1
+            [0.0, 0.75, 0.25],
+            # r = 0, gamma 1, not terminal: every atom lands exactly on itself (lower == upper)
+            [0.2, 0.3, 0.5],
+        ]
+    )
+    torch.testing.assert_close(target, expected)
+    torch.testing.assert_close(target.sum(dim=1), torch.ones(4))
 
 
 def test_replay_buffer_holds_real_transitions_across_resets():
@@ -87,78 +113,103 @@ def test_replay_buffer_wraps_around():
     assert sorted(rb.rewards.tolist()) == [2.0, 3.0, 4.0]  # the oldest transitions were overwritten
 
 
-def test_smoke_with_every_flag(tmp_path):
-    result = run_script(
-        "dqn.py", *SHORT, "--capture-video", "--save-model", "--track", "--checkpoint-interval", "1000", cwd=tmp_path
-    )
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_smoke_with_every_flag(tmp_path, script):
+    flags = [*SHORT, "--capture-video", "--save-model", "--track", "--checkpoint-interval", "1000"]
+    result = run_script(script, *flags, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     assert list((tmp_path / "videos").rglob("*.mp4")), "--capture-video wrote no mp4"
-    assert (run_dir / "dqn.cleanrl_model").stat().st_size > 0
+    assert (run_dir / script.replace(".py", ".cleanrl_model")).stat().st_size > 0
     checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=False)
     assert checkpoint["global_step"] == 2000 and checkpoint["replay_buffer"]["full"]  # 2,000 steps filled 1,000 slots
-    np.testing.assert_array_equal(checkpoint["replay_buffer"]["obs"].shape, (1000, 4))
+    assert checkpoint["replay_buffer"]["obs"].shape == (1000, 4)
     assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
     tags = scalar_tags(run_dir)
-    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon", "losses/td_loss"]:
+    loss_tag = "losses/td_loss" if script == "dqn.py" else "losses/loss"
+    for tag in [
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "charts/SPS",
+        "charts/epsilon",
+        "losses/q_values",
+        loss_tag,
+    ]:
         assert tag in tags, tag
-    assert "losses/q_values" in tags
     eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
     assert len(eval_returns) == 10 and all(r >= 1 for r in eval_returns)
 
 
-def test_users_own_env_and_several_envs(tmp_path):
-    result = run_script("dqn.py", "--env-id", "custom_env:Corridor-v0", "--num-envs", "3", *SHORT, cwd=tmp_path)
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_users_own_env_and_several_envs(tmp_path, script):
+    result = run_script(script, "--env-id", "custom_env:Corridor-v0", "--num-envs", "3", *SHORT, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     lengths = [value for _, value in scalars(only_run_dir(tmp_path), "charts/episodic_length")]
     assert lengths and max(lengths) <= 20
 
 
 @pytest.mark.slow
-def test_learns_cartpole(tmp_path):
-    result = run_script("dqn.py", *LEARNING_FLAGS, "--seed", "1", cwd=tmp_path)
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_learns_cartpole(tmp_path, script):
+    result = run_script(script, *LEARNING_FLAGS, "--seed", "1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     returns = [value for _, value in scalars(only_run_dir(tmp_path), "charts/episodic_return")]
-    assert np.mean(returns[-20:]) >= LEARNING_THRESHOLD, returns[-20:]
+    assert np.mean(returns[-20:]) >= LEARNING_THRESHOLD[script], returns[-20:]
 
 
-def test_same_seed_same_returns(tmp_path):
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_same_seed_same_returns(tmp_path, script):
     runs = []
     for name in ["a", "b"]:
         (tmp_path / name).mkdir()
-        result = run_script("dqn.py", *SHORT, "--total-timesteps", "3000", "--seed", "7", cwd=tmp_path / name)
+        result = run_script(script, *SHORT, "--total-timesteps", "3000", "--seed", "7", cwd=tmp_path / name)
         assert result.returncode == 0, result.stderr[-3000:]
         runs.append(scalars(only_run_dir(tmp_path / name), "charts/episodic_return"))
     assert len(runs[0]) > 20
     assert runs[0] == runs[1]
 
 
-def test_killed_run_resumes_to_the_same_weights(tmp_path):
-    flags = [*SHORT, "--total-timesteps", "30000", "--train-frequency", "1", "--seed", "3"]
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_killed_run_resumes_to_the_same_weights(tmp_path, script):
+    flags = [*SHORT, "--total-timesteps", "20000", "--train-frequency", "4", "--seed", "3"]
     flags += ["--save-model", "--checkpoint-interval", "2000"]
-    check_killed_run_resumes_to_the_same_weights("dqn.py", flags, tmp_path, "losses/td_loss")
+    check_killed_run_resumes_to_the_same_weights(script, flags, tmp_path, "losses/q_values")
 
 
-def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
-    check_sigterm_checkpoints_and_resumes("dqn.py", tmp_path, long_budget=500000, resume_budget=30000)
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_sigterm_checkpoints_and_exits_nonzero(tmp_path, script):
+    check_sigterm_checkpoints_and_resumes(script, tmp_path, long_budget=500000, resume_budget=30000)
+
+
+BAD_INPUTS = {
+    "dqn.py": [(["--tau", "1.5"], ["--tau must be in (0, 1]"])],
+    "c51.py": [
+        (["--n-atoms", "1"], ["--n-atoms must be at least 2"]),
+        (["--v-min", "10", "--v-max", "-10"], ["--v-min 10.0 must be below --v-max -10.0"]),
+    ],
+}
 
 
 @pytest.mark.parametrize(
-    "flags, fragments",
+    "script, flags, fragments",
     [
-        (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
-        (["--env-id", "Pendulum-v1"], ["Box action space", "sac_continuous_action.py"]),
-        (["--env-id", "FrozenLake-v1"], ["Discrete observation space", "FlattenObservation"]),
-        (["--buffer-size", "0"], ["--buffer-size must be positive"]),
-        (["--train-frequency", "-1"], ["--train-frequency must be positive"]),
-        (["--learning-starts", "-1"], ["--learning-starts must be >= 0"]),
-        (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
-        (["--exploration-fraction", "0"], ["--exploration-fraction must be in (0, 1]"]),
-        (["--tau", "1.5"], ["--tau must be in (0, 1]"]),
-        (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint.pt"]),
+        (script, flags, fragments)
+        for script in SCRIPTS
+        for flags, fragments in BAD_INPUTS[script]
+        + [
+            (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
+            (["--env-id", "Pendulum-v1"], ["Box action space", "sac_continuous_action.py"]),
+            (["--env-id", "FrozenLake-v1"], ["Discrete observation space", "FlattenObservation"]),
+            (["--buffer-size", "0"], ["--buffer-size must be positive"]),
+            (["--train-frequency", "-1"], ["--train-frequency must be positive"]),
+            (["--learning-starts", "-1"], ["--learning-starts must be >= 0"]),
+            (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
+            (["--exploration-fraction", "0"], ["--exploration-fraction must be in (0, 1]"]),
+            (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint.pt"]),
+        ]
     ],
 )
-def test_bad_input_is_one_clear_line(tmp_path, flags, fragments):
-    result = run_script("dqn.py", *flags, cwd=tmp_path)
+def test_bad_input_is_one_clear_line(tmp_path, script, flags, fragments):
+    result = run_script(script, *flags, cwd=tmp_path)
     assert_clean_failure(result, *fragments)
     assert not (tmp_path / "runs").exists(), "a bad input started a run"
