@@ -16,9 +16,8 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
-from torch import optim
 import tyro
+from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
 
 

@@ -1,5 +1,5 @@
-"""The value-based family on classic control, cleanrl/dqn.py and cleanrl/c51.py: their pure pieces by hand, the
-replay buffer across resets, and for each script smoke, learning, determinism, resume and bad inputs."""
+"""The value-based family on classic control, cleanrl/dqn.py, cleanrl/c51.py and cleanrl/pqn.py: their pure pieces by
+hand, the replay buffer across resets, and for each script smoke, learning, determinism, resume and bad inputs."""
 
 import gymnasium as gym
 import numpy as np
@@ -17,14 +17,31 @@ from helpers import (
 )
 
 # a run that trains from its first few hundred steps
-# the learning tests' budget: 50,000 steps, exploring over the first 10,000 (30-50 s). On seeds 1-5 the last 20
-# episodes averaged 251-347 for dqn.py and 187-433 for c51.py; random play scores about 22, and a broken update or
-# projection stays far below the bars
-LEARNING_FLAGS = ["--total-timesteps", "50000", "--learning-starts", "1000", "--exploration-fraction", "0.2"]
-LEARNING_FLAGS += ["--train-frequency", "2", "--target-network-frequency", "250"]
-LEARNING_THRESHOLD = {"dqn.py": 150, "c51.py": 100}
-SCRIPTS = ["dqn.py", "c51.py"]
-SHORT = ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32"]
+# The learning tests' budgets (30-50 s each). On seeds 1-5 the last 20 episodes averaged 251-347 for dqn.py,
+# 187-433 for c51.py (50,000 steps, exploring over the first 10,000) and 148-500 for pqn.py (300,000 steps over
+# 32 envs, exploring over the first 60,000); random play scores about 22, and a broken update, projection or
+# return computation stays far below the bars
+REPLAY_LEARNING = ["--total-timesteps", "50000", "--learning-starts", "1000", "--exploration-fraction", "0.2"]
+REPLAY_LEARNING += ["--train-frequency", "2", "--target-network-frequency", "250"]
+LEARNING = {
+    "dqn.py": (REPLAY_LEARNING, 150),
+    "c51.py": (REPLAY_LEARNING, 100),
+    "pqn.py": (["--total-timesteps", "300000", "--exploration-fraction", "0.2"], 100),
+}
+SCRIPTS = ["dqn.py", "c51.py", "pqn.py"]
+REPLAY_SHORT = ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32"]
+# short runs that train from their first steps: 2,000 steps (pqn: 4 envs x 32 steps x 16 iterations)
+SHORT = {
+    "dqn.py": REPLAY_SHORT,
+    "c51.py": REPLAY_SHORT,
+    "pqn.py": ["--total-timesteps", "2048", "--num-envs", "4", "--num-steps", "32", "--num-minibatches", "4"],
+}
+# long enough to be killed after the first checkpoint (at step 2,000)
+RESUMABLE = {
+    "dqn.py": [*REPLAY_SHORT, "--total-timesteps", "20000", "--train-frequency", "4"],
+    "c51.py": [*REPLAY_SHORT, "--total-timesteps", "20000", "--train-frequency", "4"],
+    "pqn.py": [*SHORT["pqn.py"], "--total-timesteps", "40960"],
+}
 
 
 def test_epsilon_schedule_endpoints():
@@ -65,6 +82,27 @@ def test_c51_projection_by_hand():
     )
     torch.testing.assert_close(target, expected)
     torch.testing.assert_close(target.sum(dim=1), torch.ones(4))
+
+
+def test_pqn_q_lambda_returns_by_hand():
+    pqn = load_script("pqn")
+    gamma, lam = 0.9, 0.5
+    # env 0 runs on through the rollout; env 1 is truncated at step 0 and terminates at step 2
+    rewards = np.array([[1.0, 1.0], [2.0, 1.0], [3.0, 1.0]])
+    max_q = np.array([[0.5, 0.7], [1.0, 3.0], [2.0, 5.0]])  # max_a Q(obs[t], a)
+    last_max_q = np.array([4.0, 7.0])
+    final_max_q = np.array([[0.0, 10.0], [0.0, 0.0], [0.0, 8.0]])  # of the real last observations, where ended
+    terminations = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 1.0]])
+    episode_ends = np.array([[0.0, 1.0], [0.0, 0.0], [0.0, 1.0]])
+    returns = pqn.q_lambda_returns(rewards, max_q, last_max_q, final_max_q, terminations, episode_ends, gamma, lam)
+
+    g0_2 = 3 + 0.9 * 4.0  # the rollout's last step: bootstrap from max Q after it, 6.6
+    g0_1 = 2 + 0.9 * (0.5 * g0_2 + 0.5 * 2.0)  # blend the next return and the next state's max Q: 5.87
+    g0_0 = 1 + 0.9 * (0.5 * g0_1 + 0.5 * 1.0)  # 4.0915
+    g1_2 = 1.0  # terminated: no bootstrap (neither last_max_q 7 nor final_max_q 8)
+    g1_1 = 1 + 0.9 * (0.5 * g1_2 + 0.5 * 5.0)  # 3.7
+    g1_0 = 1 + 0.9 * 10.0  # truncated: its real last observation alone, not the next episode's returns
+    np.testing.assert_allclose(returns, [[g0_0, g1_0], [g0_1, g1_1], [g0_2, g1_2]], rtol=1e-12)
 
 
 def test_replay_buffer_holds_real_transitions_across_resets():
@@ -115,18 +153,19 @@ def test_replay_buffer_wraps_around():
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_with_every_flag(tmp_path, script):
-    flags = [*SHORT, "--capture-video", "--save-model", "--track", "--checkpoint-interval", "1000"]
+    flags = [*SHORT[script], "--capture-video", "--save-model", "--track", "--checkpoint-interval", "1000"]
     result = run_script(script, *flags, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     assert list((tmp_path / "videos").rglob("*.mp4")), "--capture-video wrote no mp4"
     assert (run_dir / script.replace(".py", ".cleanrl_model")).stat().st_size > 0
     checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=False)
-    assert checkpoint["global_step"] == 2000 and checkpoint["replay_buffer"]["full"]  # 2,000 steps filled 1,000 slots
-    assert checkpoint["replay_buffer"]["obs"].shape == (1000, 4)
+    assert checkpoint["global_step"] == 2000 + 48 * (script == "pqn.py")
+    if script != "pqn.py":  # the replay buffer travels with the checkpoint: 2,000 steps filled its 1,000 slots
+        assert checkpoint["replay_buffer"]["full"] and checkpoint["replay_buffer"]["obs"].shape == (1000, 4)
     assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
     tags = scalar_tags(run_dir)
-    loss_tag = "losses/td_loss" if script == "dqn.py" else "losses/loss"
+    loss_tag = "losses/loss" if script == "c51.py" else "losses/td_loss"
     for tag in [
         "charts/episodic_return",
         "charts/episodic_length",
@@ -142,7 +181,7 @@ def test_smoke_with_every_flag(tmp_path, script):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_users_own_env_and_several_envs(tmp_path, script):
-    result = run_script(script, "--env-id", "custom_env:Corridor-v0", "--num-envs", "3", *SHORT, cwd=tmp_path)
+    result = run_script(script, "--env-id", "custom_env:Corridor-v0", *SHORT[script], "--num-envs", "2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     lengths = [value for _, value in scalars(only_run_dir(tmp_path), "charts/episodic_length")]
     assert lengths and max(lengths) <= 20
@@ -151,10 +190,11 @@ def test_users_own_env_and_several_envs(tmp_path, script):
 @pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_learns_cartpole(tmp_path, script):
-    result = run_script(script, *LEARNING_FLAGS, "--seed", "1", cwd=tmp_path)
+    flags, threshold = LEARNING[script]
+    result = run_script(script, *flags, "--seed", "1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     returns = [value for _, value in scalars(only_run_dir(tmp_path), "charts/episodic_return")]
-    assert np.mean(returns[-20:]) >= LEARNING_THRESHOLD[script], returns[-20:]
+    assert np.mean(returns[-20:]) >= threshold, returns[-20:]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -162,7 +202,7 @@ def test_same_seed_same_returns(tmp_path, script):
     runs = []
     for name in ["a", "b"]:
         (tmp_path / name).mkdir()
-        result = run_script(script, *SHORT, "--total-timesteps", "3000", "--seed", "7", cwd=tmp_path / name)
+        result = run_script(script, *SHORT[script], "--seed", "7", cwd=tmp_path / name)
         assert result.returncode == 0, result.stderr[-3000:]
         runs.append(scalars(only_run_dir(tmp_path / name), "charts/episodic_return"))
     assert len(runs[0]) > 20
@@ -171,8 +211,7 @@ def test_same_seed_same_returns(tmp_path, script):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_killed_run_resumes_to_the_same_weights(tmp_path, script):
-    flags = [*SHORT, "--total-timesteps", "20000", "--train-frequency", "4", "--seed", "3"]
-    flags += ["--save-model", "--checkpoint-interval", "2000"]
+    flags = [*RESUMABLE[script], "--seed", "3", "--save-model", "--checkpoint-interval", "2000"]
     check_killed_run_resumes_to_the_same_weights(script, flags, tmp_path, "losses/q_values")
 
 
@@ -181,33 +220,36 @@ def test_sigterm_checkpoints_and_exits_nonzero(tmp_path, script):
     check_sigterm_checkpoints_and_resumes(script, tmp_path, long_budget=500000, resume_budget=30000)
 
 
+REPLAY_BAD_INPUTS = [
+    (["--buffer-size", "0"], ["--buffer-size must be positive"]),
+    (["--train-frequency", "-1"], ["--train-frequency must be positive"]),
+    (["--learning-starts", "-1"], ["--learning-starts must be >= 0"]),
+    (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
+]
 BAD_INPUTS = {
-    "dqn.py": [(["--tau", "1.5"], ["--tau must be in (0, 1]"])],
+    "dqn.py": [*REPLAY_BAD_INPUTS, (["--tau", "1.5"], ["--tau must be in (0, 1]"])],
     "c51.py": [
+        *REPLAY_BAD_INPUTS,
         (["--n-atoms", "1"], ["--n-atoms must be at least 2"]),
         (["--v-min", "10", "--v-max", "-10"], ["--v-min 10.0 must be below --v-max -10.0"]),
     ],
+    "pqn.py": [
+        (["--num-minibatches", "3"], ["--num-minibatches 3 must divide", "2048"]),
+        (["--q-lambda", "1.5"], ["--q-lambda must be in [0, 1]"]),
+    ],
 }
+COMMON_BAD_INPUTS = [
+    (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
+    (["--env-id", "Pendulum-v1"], ["Box action space", "sac_continuous_action.py"]),
+    (["--env-id", "FrozenLake-v1"], ["Discrete observation space", "FlattenObservation"]),
+    (["--exploration-fraction", "0"], ["--exploration-fraction must be in (0, 1]"]),
+    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint.pt"]),
+]
 
 
 @pytest.mark.parametrize(
     "script, flags, fragments",
-    [
-        (script, flags, fragments)
-        for script in SCRIPTS
-        for flags, fragments in BAD_INPUTS[script]
-        + [
-            (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
-            (["--env-id", "Pendulum-v1"], ["Box action space", "sac_continuous_action.py"]),
-            (["--env-id", "FrozenLake-v1"], ["Discrete observation space", "FlattenObservation"]),
-            (["--buffer-size", "0"], ["--buffer-size must be positive"]),
-            (["--train-frequency", "-1"], ["--train-frequency must be positive"]),
-            (["--learning-starts", "-1"], ["--learning-starts must be >= 0"]),
-            (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
-            (["--exploration-fraction", "0"], ["--exploration-fraction must be in (0, 1]"]),
-            (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint.pt"]),
-        ]
-    ],
+    [(script, *bad) for script in SCRIPTS for bad in BAD_INPUTS[script] + COMMON_BAD_INPUTS],
 )
 def test_bad_input_is_one_clear_line(tmp_path, script, flags, fragments):
     result = run_script(script, *flags, cwd=tmp_path)

@@ -1,0 +1,459 @@
+# PQN (Gallici et al. 2024): parallel Q-learning with LayerNorm and Q(lambda) returns, without a replay buffer or a
+# target network; docs: README.md#pqnpy
+import glob
+import importlib
+import json
+import os
+import pickle
+import random
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+import tyro
+from torch import nn, optim
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the model into `runs/{run_name}` and evaluate it for 10 episodes"""
+    checkpoint_interval: int = 0
+    """environment steps between checkpoints written to `runs/{run_name}/checkpoint.pt` (0 = off)"""
+    resume: str | None = None
+    """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
+
+    # Algorithm specific arguments
+    env_id: str = "CartPole-v1"
+    """the id of the environment (any Gymnasium id, or `module:EnvName-v0` for your own)"""
+    total_timesteps: int = 500000
+    """total timesteps of the experiments"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 32
+    """the number of parallel game environments"""
+    num_steps: int = 64
+    """the number of steps to run in each environment per rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    num_minibatches: int = 16
+    """the number of mini-batches"""
+    update_epochs: int = 4
+    """the K epochs to update the Q-network"""
+    max_grad_norm: float = 10.0
+    """the maximum norm for the gradient clipping"""
+    start_e: float = 1.0
+    """the starting epsilon for exploration"""
+    end_e: float = 0.05
+    """the ending epsilon for exploration"""
+    exploration_fraction: float = 0.5
+    """the fraction of `total-timesteps` it takes from start-e to go end-e"""
+    q_lambda: float = 0.65
+    """the lambda of the Q(lambda) returns"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    minibatch_size: int = 0
+    """the mini-batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+def fail(message: str):
+    """Bad input ends with one line on stderr and exit code 2, before any heavy work."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_env(env_id, idx, capture_video, run_name):
+    def thunk():
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        else:
+            env = gym.make(env_id)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        return env
+
+    return thunk
+
+
+class QNetwork(nn.Module):
+    """LayerNorm after each hidden layer is what lets PQN learn without a target network or a replay buffer."""
+
+    def __init__(self, envs):
+        super().__init__()
+        self.network = nn.Sequential(
+            nn.Linear(np.array(envs.single_observation_space.shape).prod(), 120),
+            nn.LayerNorm(120),
+            nn.ReLU(),
+            nn.Linear(120, 84),
+            nn.LayerNorm(84),
+            nn.ReLU(),
+            nn.Linear(84, envs.single_action_space.n),
+        )
+
+    def forward(self, x):
+        return self.network(x.flatten(1))
+
+
+def linear_schedule(start_e: float, end_e: float, duration: int, t: int) -> float:
+    """Epsilon falls linearly from start_e at step 0 to end_e at step `duration`, then stays there."""
+    slope = (end_e - start_e) / duration
+    return max(slope * t + start_e, end_e)
+
+
+def q_lambda_returns(rewards, max_q, last_max_q, final_max_q, terminations, episode_ends, gamma, q_lambda):
+    """Peng's Q(lambda) returns over a rollout of numpy arrays shaped (num_steps, num_envs).
+
+    max_q[t] = max_a Q(obs[t], a); last_max_q is that of the observation after the rollout. Each step bootstraps
+    from a blend of the next step's return and the next state's max Q: G_t = r_t + gamma * (lambda * G_{t+1} +
+    (1 - lambda) * max_q[t + 1]). Where an episode ended at step t, obs[t + 1] is already the next episode's reset
+    observation: a truncation bootstraps from final_max_q[t] (its real last observation) alone, a termination not
+    at all. The rollout's last step bootstraps from last_max_q alone.
+    """
+    returns = np.zeros_like(rewards)
+    blended_next = last_max_q  # nothing beyond the rollout to blend with
+    for t in reversed(range(rewards.shape[0])):
+        bootstrap = np.where(episode_ends[t], final_max_q[t], blended_next)
+        returns[t] = rewards[t] + gamma * bootstrap * (1.0 - terminations[t])
+        blended_next = q_lambda * returns[t] + (1.0 - q_lambda) * max_q[t]
+    return returns
+
+
+def pickle_envs(envs):
+    """The sub-environments of a vector env, pickled with their RNGs, time limits and episode statistics; None
+    where they cannot be (e.g. a renderer's window handle while recording video)."""
+    try:
+        return cloudpickle.dumps(envs.envs)
+    except (pickle.PicklingError, TypeError):
+        return None
+
+
+def atomic_save(obj, path):
+    """A reader (or a resumed run) sees the old file or the new one, never a half-written one."""
+    tmp_path = f"{path}.tmp"
+    torch.save(obj, tmp_path)
+    os.replace(tmp_path, path)
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    checkpoint = None
+    if args.resume is not None:
+        checkpoint_path = os.path.join(args.resume, "checkpoint.pt")
+        if not os.path.isfile(checkpoint_path):
+            fail(f"--resume {args.resume}: no checkpoint.pt there (was the run started with --checkpoint-interval?)")
+        checkpoint = torch.load(checkpoint_path, weights_only=False)
+        # the saved run's Args are the defaults; flags given now (e.g. a larger --total-timesteps) override them
+        args = tyro.cli(Args, default=Args(**checkpoint["args"]))
+
+    for flag in ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]:
+        if getattr(args, flag) <= 0:
+            fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    if args.checkpoint_interval < 0:
+        fail(f"--checkpoint-interval must be >= 0 (0 = off), got {args.checkpoint_interval}")
+    if not 0.0 < args.exploration_fraction <= 1.0:
+        fail(f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}")
+    if not 0.0 <= args.q_lambda <= 1.0:
+        fail(f"--q-lambda must be in [0, 1], got {args.q_lambda}")
+    args.batch_size = int(args.num_envs * args.num_steps)
+    if args.batch_size % args.num_minibatches != 0:
+        fail(
+            f"--num-minibatches {args.num_minibatches} must divide the batch size --num-envs * --num-steps = "
+            f"{args.batch_size}; pick a divisor of it"
+        )
+    args.minibatch_size = int(args.batch_size // args.num_minibatches)
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if args.num_iterations == 0:
+        fail(
+            f"--total-timesteps {args.total_timesteps} is less than one rollout (--num-envs * --num-steps = {args.batch_size})"
+        )
+    try:
+        module, _, registered_id = args.env_id.rpartition(":")
+        if module:  # a user's own env: importing its module registers it, as gym.make would
+            importlib.import_module(module)
+        gym.spec(registered_id)
+    except (gym.error.Error, ModuleNotFoundError) as e:
+        fail(f"--env-id {args.env_id}: {e}")
+
+    if checkpoint is None:
+        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = f"runs/{run_name}"
+    else:
+        run_name, run_dir = checkpoint["run_name"], args.resume.rstrip("/")
+
+    # seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if device.type == "cpu":
+        # a 64-unit MLP is too small to split across threads: one thread avoids the synchronisation cost
+        torch.set_num_threads(1)
+
+    # env setup: SAME_STEP autoreset returns the reset observation at once and the real last one in infos["final_obs"]
+    if checkpoint is not None and checkpoint["envs"] is not None:
+        env_fns = [lambda env=env: env for env in pickle.loads(checkpoint["envs"])]
+    else:
+        env_fns = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
+    envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    if not isinstance(envs.single_observation_space, gym.spaces.Box):
+        fail(
+            f"--env-id {args.env_id} has a {type(envs.single_observation_space).__name__} observation space; pqn.py's "
+            "MLP needs a Box one (wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)"
+        )
+    if not isinstance(envs.single_action_space, gym.spaces.Discrete):
+        fail(
+            f"--env-id {args.env_id} has a {type(envs.single_action_space).__name__} action space; pqn.py supports "
+            "Discrete ones only (use td3_continuous_action.py or sac_continuous_action.py for Box actions)"
+        )
+
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "args.json"), "w") as f:
+        json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
+
+    q_network = QNetwork(envs).to(device)
+    # fused: one kernel per step instead of a dozen small ops per parameter tensor
+    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True)
+
+    # storage for one rollout, in numpy: a write per step is far cheaper than into a tensor; the update
+    # converts the whole rollout to tensors once
+    obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=np.float32)
+    actions = np.zeros((args.num_steps, args.num_envs), dtype=np.int64)
+    rewards = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    max_q = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    terminations = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    episode_ends = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    final_obs = np.zeros_like(obs)  # the real last observation where an episode ended (obs[t + 1] is a reset one)
+
+    global_step, start_iteration = 0, 1
+    if checkpoint is None:
+        next_obs, _ = envs.reset(seed=args.seed)
+        wandb_run_id = None
+    else:
+        q_network.load_state_dict(checkpoint["q_network"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        global_step, start_iteration = checkpoint["global_step"], checkpoint["iteration"] + 1
+        random.setstate(checkpoint["rng"]["python"])
+        np.random.set_state(checkpoint["rng"]["numpy"])
+        torch.set_rng_state(checkpoint["rng"]["torch"])
+        if device.type == "cuda" and checkpoint["rng"]["cuda"] is not None:
+            torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
+        if checkpoint["envs"] is not None:
+            next_obs = checkpoint["next_obs"]
+        else:
+            print(
+                "warning: the checkpoint holds no env state (it could not be pickled); starting new episodes", file=sys.stderr
+            )
+            next_obs, _ = envs.reset(seed=args.seed + global_step)
+        wandb_run_id = checkpoint["wandb_run_id"]
+
+    if args.track:
+        import wandb
+
+        wandb_run = wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            id=wandb_run_id,  # None starts a new W&B run; a resumed run appends to its own
+            resume="allow",
+            save_code=True,
+        )
+        wandb_run_id = wandb_run.id
+    # on resume, purge_step hides whatever the killed run logged after its last checkpoint: no step repeats
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
+    if checkpoint is None:
+        writer.add_text(
+            "hyperparameters",
+            "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+        )
+
+    def save_checkpoint(iteration):
+        state = {
+            "args": asdict(args),
+            "run_name": run_name,
+            "iteration": iteration,
+            "global_step": global_step,
+            "q_network": q_network.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "rng": {
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
+            },
+            "envs": pickle_envs(envs),
+            "next_obs": next_obs,
+            "wandb_run_id": wandb_run_id,
+        }
+        atomic_save(state, os.path.join(run_dir, "checkpoint.pt"))
+
+    # Slurm and spot instances send SIGTERM before killing: finish the iteration, checkpoint, exit non-zero
+    stop_requested = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.set())
+
+    recent_returns = deque(maxlen=20)
+    on_terminal = sys.stdout.isatty()
+    print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
+    if on_terminal:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeRemainingColumn(),
+        )
+        progress_task = progress.add_task(
+            args.exp_name, total=args.num_iterations * args.batch_size, completed=global_step, stats=""
+        )
+        progress.start()
+    start_time, start_step = time.time(), global_step
+
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        # Annealing the rate if instructed to do so.
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        for step in range(args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+
+            # epsilon-greedy, one coin per environment; the greedy pass also gives the max Q the returns need
+            epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+            with torch.inference_mode():
+                max_q_values, greedy = q_network(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).max(dim=1)
+            explore = np.random.random(args.num_envs) < epsilon
+            random_actions = np.random.randint(envs.single_action_space.n, size=args.num_envs)
+            action = np.where(explore, random_actions, greedy.cpu().numpy())
+            actions[step], max_q[step] = action, max_q_values.cpu().numpy()
+
+            next_obs, reward, terminated, truncated, infos = envs.step(action)
+            rewards[step], terminations[step], episode_ends[step] = reward, terminated, terminated | truncated
+
+            if "final_obs" in infos:
+                ended = infos["_final_obs"]
+                final_obs[step, ended] = np.stack(infos["final_obs"][ended])
+                for i in np.flatnonzero(infos["final_info"]["_episode"]):
+                    episodic_return = float(infos["final_info"]["episode"]["r"][i])
+                    recent_returns.append(episodic_return)
+                    writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+                    writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
+
+        with torch.no_grad():
+            last_max_q = q_network(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).max(dim=1).values
+            # a truncated episode is not over for the agent: it bootstraps from its real last observation
+            final_max_q = q_network(torch.as_tensor(final_obs, device=device).flatten(0, 1)).max(dim=1).values
+        final_max_q = final_max_q.cpu().numpy().reshape(args.num_steps, args.num_envs)
+        returns = q_lambda_returns(
+            rewards, max_q, last_max_q.cpu().numpy(), final_max_q, terminations, episode_ends, args.gamma, args.q_lambda
+        )
+
+        # flatten the batch
+        b_obs = torch.as_tensor(obs.reshape((-1,) + envs.single_observation_space.shape), device=device)
+        b_actions = torch.as_tensor(actions.reshape(-1), device=device)
+        b_returns = torch.as_tensor(returns.reshape(-1), device=device)
+
+        # regress Q(s, a) on the Q(lambda) returns, in minibatches, for a few epochs
+        for epoch in range(args.update_epochs):
+            b_inds = torch.randperm(args.batch_size)
+            for start in range(0, args.batch_size, args.minibatch_size):
+                mb_inds = b_inds[start : start + args.minibatch_size]
+                old_val = q_network(b_obs[mb_inds]).gather(1, b_actions[mb_inds].unsqueeze(1)).squeeze(1)
+                loss = F.mse_loss(b_returns[mb_inds], old_val)
+
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm, foreach=True)
+                optimizer.step()
+
+        sps = int((global_step - start_step) / (time.time() - start_time))
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/epsilon", epsilon, global_step)
+        writer.add_scalar("losses/td_loss", loss.item(), global_step)
+        writer.add_scalar("losses/q_values", old_val.mean().item(), global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+
+        recent = f"return {np.mean(recent_returns):.1f}" if recent_returns else "return -"
+        if on_terminal:
+            progress.update(progress_task, completed=global_step, stats=f"{sps} SPS, {recent}")
+        elif iteration % max(1, args.num_iterations // 20) == 0 or iteration == args.num_iterations:
+            print(f"step {global_step}/{args.num_iterations * args.batch_size}, {sps} SPS, {recent}", flush=True)
+
+        interval = args.checkpoint_interval
+        if (interval and global_step // interval > (global_step - args.batch_size) // interval) or stop_requested.is_set():
+            save_checkpoint(iteration)
+        if stop_requested.is_set():
+            if on_terminal:
+                progress.stop()
+            print(f"SIGTERM at step {global_step}: checkpoint written; continue with --resume {run_dir}", file=sys.stderr)
+            envs.close()
+            writer.close()
+            sys.exit(128 + signal.SIGTERM)
+
+    if on_terminal:
+        progress.stop()
+
+    if args.save_model:
+        model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
+        torch.save(q_network.state_dict(), model_path)
+        print(f"model saved to {model_path}")
+        from cleanrl_utils.evals.dqn_eval import evaluate
+
+        episodic_returns = evaluate(
+            model_path,
+            make_env,
+            args.env_id,
+            eval_episodes=10,
+            run_name=f"{run_name}-eval",
+            Model=QNetwork,
+            device=device,
+            epsilon=0.05,
+            capture_video=args.capture_video,
+            seed=args.seed + 100_000,
+        )
+        for idx, episodic_return in enumerate(episodic_returns):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+        print(
+            f"evaluation over {len(episodic_returns)} episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}"
+        )
+
+    envs.close()
+    writer.close()
+    if args.track and args.capture_video:
+        for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
+            wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})
