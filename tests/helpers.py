@@ -3,6 +3,7 @@
 import importlib.util
 import os
 import pathlib
+import pickle
 import signal
 import subprocess
 import sys
@@ -88,10 +89,28 @@ def load_script(name: str):
     return module
 
 
-def saved_weights(model_path: pathlib.Path) -> dict:
-    """The state dict in a .cleanrl_model file (alone, or beside the Args that shape the network)."""
-    saved = torch.load(model_path)
-    return saved.get("model_weights", saved)
+def assert_same_model(path_a: pathlib.Path, path_b: pathlib.Path):
+    """Two .cleanrl_model files hold identical weights: torch state dicts (alone, or beside the Args that shape the
+    network) tensor by tensor; the JAX scripts' flax bytes byte for byte."""
+    if path_a.parent.name.split("__")[1].endswith("_jax"):
+        assert path_a.read_bytes() == path_b.read_bytes()
+        return
+    weights_a, weights_b = torch.load(path_a), torch.load(path_b)
+    weights_a, weights_b = weights_a.get("model_weights", weights_a), weights_b.get("model_weights", weights_b)
+    for name, tensor in weights_a.items():
+        assert torch.equal(tensor, weights_b[name]), name
+
+
+def checkpoint_files(folder: pathlib.Path) -> list[pathlib.Path]:
+    """The checkpoints under a folder: checkpoint.pt (torch scripts) or checkpoint.pkl (JAX scripts)."""
+    return [p for p in folder.rglob("checkpoint.*") if p.suffix in (".pt", ".pkl")]
+
+
+def load_checkpoint(path: pathlib.Path) -> dict:
+    if path.suffix == ".pkl":
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    return torch.load(path, weights_only=False)
 
 
 def wait_for(predicate, process: subprocess.Popen, timeout: float = 120):
@@ -111,12 +130,11 @@ def check_killed_run_resumes_to_the_same_weights(script: str, flags: list[str], 
     result = run_script(script, *flags, cwd=tmp_path / "uninterrupted")
     assert result.returncode == 0, result.stderr[-3000:]
     reference_dir = only_run_dir(tmp_path / "uninterrupted")
-    reference_weights = saved_weights(reference_dir / model_file)
 
     (tmp_path / "killed").mkdir()
     process = start_script(script, *flags, cwd=tmp_path / "killed")
-    wait_for(lambda: list((tmp_path / "killed" / "runs").rglob("checkpoint.pt")), process)
-    checkpoint_path = next((tmp_path / "killed" / "runs").rglob("checkpoint.pt"))
+    wait_for(lambda: checkpoint_files(tmp_path / "killed" / "runs"), process)
+    checkpoint_path = checkpoint_files(tmp_path / "killed" / "runs")[0]
     time.sleep(0.5)  # let it log past the checkpoint, so the resumed run must hide those steps
     process.kill()
     process.wait()
@@ -128,9 +146,7 @@ def check_killed_run_resumes_to_the_same_weights(script: str, flags: list[str], 
     steps = [step for step, _ in scalars(run_dir, steps_tag)]
     assert steps == sorted(set(steps)), "a global step was logged twice"
     assert steps == [step for step, _ in scalars(reference_dir, steps_tag)], "the resumed run skipped or repeated steps"
-    resumed_weights = saved_weights(run_dir / model_file)
-    for name, tensor in reference_weights.items():
-        assert torch.equal(tensor, resumed_weights[name]), name
+    assert_same_model(reference_dir / model_file, run_dir / model_file)
     return run_dir
 
 
@@ -145,7 +161,7 @@ def check_sigterm_checkpoints_and_resumes(script: str, tmp_path: pathlib.Path, l
     assert process.returncode == 128 + signal.SIGTERM, stderr
     run_dir = only_run_dir(tmp_path)
     assert f"--resume {run_dir.relative_to(tmp_path)}" in stderr
-    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
     assert 0 < checkpoint["global_step"] < long_budget
     result = run_script(script, "--resume", str(run_dir), "--total-timesteps", str(resume_budget), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

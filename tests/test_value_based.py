@@ -9,6 +9,8 @@ from helpers import (
     assert_clean_failure,
     check_killed_run_resumes_to_the_same_weights,
     check_sigterm_checkpoints_and_resumes,
+    checkpoint_files,
+    load_checkpoint,
     load_script,
     only_run_dir,
     run_script,
@@ -18,27 +20,30 @@ from helpers import (
 
 # a run that trains from its first few hundred steps
 # The learning tests' budgets (30-50 s each). On seeds 1-5 the last 20 episodes averaged 251-347 for dqn.py,
-# 187-433 for c51.py (50,000 steps, exploring over the first 10,000) and 148-500 for pqn.py (300,000 steps over
+# 202-372 for dqn_jax.py, 187-433 for c51.py (50,000 steps, exploring over the first 10,000) and 148-500 for pqn.py (300,000 steps over
 # 32 envs, exploring over the first 60,000); random play scores about 22, and a broken update, projection or
 # return computation stays far below the bars
 REPLAY_LEARNING = ["--total-timesteps", "50000", "--learning-starts", "1000", "--exploration-fraction", "0.2"]
 REPLAY_LEARNING += ["--train-frequency", "2", "--target-network-frequency", "250"]
 LEARNING = {
     "dqn.py": (REPLAY_LEARNING, 150),
+    "dqn_jax.py": (REPLAY_LEARNING, 150),
     "c51.py": (REPLAY_LEARNING, 100),
     "pqn.py": (["--total-timesteps", "300000", "--exploration-fraction", "0.2"], 100),
 }
-SCRIPTS = ["dqn.py", "c51.py", "pqn.py"]
+SCRIPTS = ["dqn.py", "dqn_jax.py", "c51.py", "pqn.py"]
 REPLAY_SHORT = ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32"]
 # short runs that train from their first steps: 2,000 steps (pqn: 4 envs x 32 steps x 16 iterations)
 SHORT = {
     "dqn.py": REPLAY_SHORT,
+    "dqn_jax.py": REPLAY_SHORT,
     "c51.py": REPLAY_SHORT,
     "pqn.py": ["--total-timesteps", "2048", "--num-envs", "4", "--num-steps", "32", "--num-minibatches", "4"],
 }
 # long enough to be killed after the first checkpoint (at step 2,000)
 RESUMABLE = {
     "dqn.py": [*REPLAY_SHORT, "--total-timesteps", "20000", "--train-frequency", "4"],
+    "dqn_jax.py": [*REPLAY_SHORT, "--total-timesteps", "20000", "--train-frequency", "4"],
     "c51.py": [*REPLAY_SHORT, "--total-timesteps", "20000", "--train-frequency", "4"],
     "pqn.py": [*SHORT["pqn.py"], "--total-timesteps", "40960"],
 }
@@ -59,6 +64,22 @@ def test_td_target_bootstraps_through_truncation_not_termination():
     terminations = torch.tensor([1.0, 0.0, 0.0])  # the second transition was truncated, the third goes on
     target = dqn.td_target(rewards, next_q_target, terminations, gamma=0.9)
     torch.testing.assert_close(target, torch.tensor([1.0, 1.0 + 0.9 * 2.0, 0.5 + 0.9 * -1.0]))
+
+
+def test_dqn_jax_td_target_and_sample():
+    dqn_jax = load_script("dqn_jax")
+    import jax.numpy as jnp
+
+    target = dqn_jax.td_target(
+        jnp.array([1.0, 1.0]), jnp.array([[1.0, 3.0], [2.0, 0.0]]), jnp.array([1.0, 0.0]), gamma=0.9
+    )  # terminated, then truncated (stored as not terminated: it bootstraps)
+    np.testing.assert_allclose(np.asarray(target), [1.0, 1.0 + 0.9 * 2.0], rtol=1e-6)
+    rb = dqn_jax.ReplayBuffer(4, gym.spaces.Box(0, 10, (1,)))
+    rb.add(np.array([[1.0], [2.0]]), np.array([[2.0], [3.0]]), np.array([0, 1]), np.array([0.5, 1.5]), np.array([0, 1]))
+    np.random.seed(0)
+    obs, actions, next_obs, rewards, terminations = rb.sample(8)
+    np.testing.assert_array_equal(next_obs - obs, 1.0)  # rows stay whole transitions
+    np.testing.assert_array_equal(rewards, np.where(actions == 0, 0.5, 1.5))
 
 
 def test_c51_projection_by_hand():
@@ -159,7 +180,7 @@ def test_smoke_with_every_flag(tmp_path, script):
     run_dir = only_run_dir(tmp_path)
     assert list((tmp_path / "videos").rglob("*.mp4")), "--capture-video wrote no mp4"
     assert (run_dir / script.replace(".py", ".cleanrl_model")).stat().st_size > 0
-    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
     assert checkpoint["global_step"] == 2000 + 48 * (script == "pqn.py")
     if script != "pqn.py":  # the replay buffer travels with the checkpoint: 2,000 steps filled its 1,000 slots
         assert checkpoint["replay_buffer"]["full"] and checkpoint["replay_buffer"]["obs"].shape == (1000, 4)
@@ -228,6 +249,7 @@ REPLAY_BAD_INPUTS = [
 ]
 BAD_INPUTS = {
     "dqn.py": [*REPLAY_BAD_INPUTS, (["--tau", "1.5"], ["--tau must be in (0, 1]"])],
+    "dqn_jax.py": [*REPLAY_BAD_INPUTS, (["--tau", "1.5"], ["--tau must be in (0, 1]"])],
     "c51.py": [
         *REPLAY_BAD_INPUTS,
         (["--n-atoms", "1"], ["--n-atoms must be at least 2"]),
@@ -243,7 +265,7 @@ COMMON_BAD_INPUTS = [
     (["--env-id", "Pendulum-v1"], ["Box action space", "sac_continuous_action.py"]),
     (["--env-id", "FrozenLake-v1"], ["Discrete observation space", "FlattenObservation"]),
     (["--exploration-fraction", "0"], ["--exploration-fraction must be in (0, 1]"]),
-    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint.pt"]),
+    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint"]),
 ]
 
 
