@@ -20,7 +20,7 @@ from helpers import (
 
 # a run that trains from its first few hundred steps
 # The learning tests' budgets (30-50 s each). On seeds 1-5 the last 20 episodes averaged 251-347 for dqn.py,
-# 202-372 for dqn_jax.py, 187-433 for c51.py (50,000 steps, exploring over the first 10,000) and 148-500 for pqn.py (300,000 steps over
+# 202-372 for dqn_jax.py, 187-433 for c51.py, 256-466 for c51_jax.py (50,000 steps, exploring over the first 10,000) and 148-500 for pqn.py (300,000 steps over
 # 32 envs, exploring over the first 60,000); random play scores about 22, and a broken update, projection or
 # return computation stays far below the bars
 REPLAY_LEARNING = ["--total-timesteps", "50000", "--learning-starts", "1000", "--exploration-fraction", "0.2"]
@@ -29,15 +29,17 @@ LEARNING = {
     "dqn.py": (REPLAY_LEARNING, 150),
     "dqn_jax.py": (REPLAY_LEARNING, 150),
     "c51.py": (REPLAY_LEARNING, 100),
+    "c51_jax.py": (REPLAY_LEARNING, 150),
     "pqn.py": (["--total-timesteps", "300000", "--exploration-fraction", "0.2"], 100),
 }
-SCRIPTS = ["dqn.py", "dqn_jax.py", "c51.py", "pqn.py"]
+SCRIPTS = ["dqn.py", "dqn_jax.py", "c51.py", "c51_jax.py", "pqn.py"]
 REPLAY_SHORT = ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32"]
 # short runs that train from their first steps: 2,000 steps (pqn: 4 envs x 32 steps x 16 iterations)
 SHORT = {
     "dqn.py": REPLAY_SHORT,
     "dqn_jax.py": REPLAY_SHORT,
     "c51.py": REPLAY_SHORT,
+    "c51_jax.py": REPLAY_SHORT,
     "pqn.py": ["--total-timesteps", "2048", "--num-envs", "4", "--num-steps", "32", "--num-minibatches", "4"],
 }
 # long enough to be killed after the first checkpoint (at step 2,000)
@@ -45,6 +47,7 @@ RESUMABLE = {
     "dqn.py": [*REPLAY_SHORT, "--total-timesteps", "20000", "--train-frequency", "4"],
     "dqn_jax.py": [*REPLAY_SHORT, "--total-timesteps", "20000", "--train-frequency", "4"],
     "c51.py": [*REPLAY_SHORT, "--total-timesteps", "20000", "--train-frequency", "4"],
+    "c51_jax.py": [*REPLAY_SHORT, "--total-timesteps", "20000", "--train-frequency", "4"],
     "pqn.py": [*SHORT["pqn.py"], "--total-timesteps", "40960"],
 }
 
@@ -82,14 +85,21 @@ def test_dqn_jax_td_target_and_sample():
     np.testing.assert_array_equal(rewards, np.where(actions == 0, 0.5, 1.5))
 
 
-def test_c51_projection_by_hand():
-    c51 = load_script("c51")
-    atoms = torch.tensor([-1.0, 0.0, 1.0])  # v_min -1, v_max 1, atoms 1 apart
-    next_pmfs = torch.tensor([[0.2, 0.3, 0.5], [0.2, 0.3, 0.5], [0.2, 0.3, 0.5], [0.2, 0.3, 0.5]])
-    rewards = torch.tensor([0.5, -3.0, 0.25, 0.0])
-    terminations = torch.tensor([0.0, 1.0, 1.0, 0.0])
-    target = c51.project_distribution(next_pmfs, rewards, terminations, 1.0, atoms)
-    expected = torch.tensor(
+@pytest.mark.parametrize("script", ["c51", "c51_jax"])
+def test_c51_projection_by_hand(script):
+    c51 = load_script(script)
+    if script == "c51":
+        array = torch.tensor
+    else:
+        import jax.numpy as jnp
+
+        array = jnp.array
+    atoms = array([-1.0, 0.0, 1.0])  # v_min -1, v_max 1, atoms 1 apart
+    next_pmfs = array([[0.2, 0.3, 0.5], [0.2, 0.3, 0.5], [0.2, 0.3, 0.5], [0.2, 0.3, 0.5]])
+    rewards = array([0.5, -3.0, 0.25, 0.0])
+    terminations = array([0.0, 1.0, 1.0, 0.0])
+    target = np.asarray(c51.project_distribution(next_pmfs, rewards, terminations, 1.0, atoms))
+    expected = np.array(
         [
             # 0.5 + z: -0.5 splits 0.2 evenly between -1 and 0; 0.5 splits 0.3 between 0 and 1; 1.5 is clipped to 1
             [0.1, 0.1 + 0.15, 0.15 + 0.5],
@@ -101,8 +111,8 @@ def test_c51_projection_by_hand():
             [0.2, 0.3, 0.5],
         ]
     )
-    torch.testing.assert_close(target, expected)
-    torch.testing.assert_close(target.sum(dim=1), torch.ones(4))
+    np.testing.assert_allclose(target, expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(target.sum(axis=1), np.ones(4), rtol=1e-6)
 
 
 def test_pqn_q_lambda_returns_by_hand():
@@ -186,7 +196,7 @@ def test_smoke_with_every_flag(tmp_path, script):
         assert checkpoint["replay_buffer"]["full"] and checkpoint["replay_buffer"]["obs"].shape == (1000, 4)
     assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
     tags = scalar_tags(run_dir)
-    loss_tag = "losses/loss" if script == "c51.py" else "losses/td_loss"
+    loss_tag = "losses/loss" if script.startswith("c51") else "losses/td_loss"
     for tag in [
         "charts/episodic_return",
         "charts/episodic_length",
@@ -247,14 +257,16 @@ REPLAY_BAD_INPUTS = [
     (["--learning-starts", "-1"], ["--learning-starts must be >= 0"]),
     (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
 ]
+C51_BAD_INPUTS = [
+    *REPLAY_BAD_INPUTS,
+    (["--n-atoms", "1"], ["--n-atoms must be at least 2"]),
+    (["--v-min", "10", "--v-max", "-10"], ["--v-min 10.0 must be below --v-max -10.0"]),
+]
 BAD_INPUTS = {
     "dqn.py": [*REPLAY_BAD_INPUTS, (["--tau", "1.5"], ["--tau must be in (0, 1]"])],
     "dqn_jax.py": [*REPLAY_BAD_INPUTS, (["--tau", "1.5"], ["--tau must be in (0, 1]"])],
-    "c51.py": [
-        *REPLAY_BAD_INPUTS,
-        (["--n-atoms", "1"], ["--n-atoms must be at least 2"]),
-        (["--v-min", "10", "--v-max", "-10"], ["--v-min 10.0 must be below --v-max -10.0"]),
-    ],
+    "c51.py": C51_BAD_INPUTS,
+    "c51_jax.py": C51_BAD_INPUTS,
     "pqn.py": [
         (["--num-minibatches", "3"], ["--num-minibatches 3 must divide", "2048"]),
         (["--q-lambda", "1.5"], ["--q-lambda must be in [0, 1]"]),
