@@ -18,11 +18,10 @@ from helpers import (
     scalars,
 )
 
-# a run that trains from its first few hundred steps
-# The learning tests' budgets (30-50 s each). On seeds 1-5 the last 20 episodes averaged 251-347 for dqn.py,
-# 202-372 for dqn_jax.py, 187-433 for c51.py, 256-466 for c51_jax.py (50,000 steps, exploring over the first 10,000) and 148-500 for pqn.py (300,000 steps over
-# 32 envs, exploring over the first 60,000); random play scores about 22, and a broken update, projection or
-# return computation stays far below the bars
+# The learning tests' budgets (15-50 s each). On seeds 1-5 the last 20 episodes averaged 251-347 for dqn.py,
+# 202-372 for dqn_jax.py, 187-433 for c51.py and 256-466 for c51_jax.py (50,000 steps, exploring over the first
+# 10,000), and 148-500 for pqn.py (300,000 steps over 32 envs, exploring over the first 60,000). Random play scores
+# about 22; a broken update, projection or return computation stays far below the bars.
 REPLAY_LEARNING = ["--total-timesteps", "50000", "--learning-starts", "1000", "--exploration-fraction", "0.2"]
 REPLAY_LEARNING += ["--train-frequency", "2", "--target-network-frequency", "250"]
 LEARNING = {
@@ -43,13 +42,8 @@ SHORT = {
     "pqn.py": ["--total-timesteps", "2048", "--num-envs", "4", "--num-steps", "32", "--num-minibatches", "4"],
 }
 # long enough to be killed after the first checkpoint (at step 2,000)
-RESUMABLE = {
-    "dqn.py": [*REPLAY_SHORT, "--total-timesteps", "20000", "--train-frequency", "4"],
-    "dqn_jax.py": [*REPLAY_SHORT, "--total-timesteps", "20000", "--train-frequency", "4"],
-    "c51.py": [*REPLAY_SHORT, "--total-timesteps", "20000", "--train-frequency", "4"],
-    "c51_jax.py": [*REPLAY_SHORT, "--total-timesteps", "20000", "--train-frequency", "4"],
-    "pqn.py": [*SHORT["pqn.py"], "--total-timesteps", "40960"],
-}
+RESUMABLE = {script: [*REPLAY_SHORT, "--total-timesteps", "20000", "--train-frequency", "4"] for script in SHORT}
+RESUMABLE["pqn.py"] = [*SHORT["pqn.py"], "--total-timesteps", "40960"]
 
 
 def test_epsilon_schedule_endpoints():
