@@ -1,5 +1,6 @@
 # C51, categorical DQN (Bellemare et al. 2017), in JAX (flax + optax, jit-compiled update) for discrete actions on
 # vector observations; docs: README.md#c51_jaxpy
+import glob
 import importlib
 import json
 import os
@@ -388,7 +389,7 @@ if __name__ == "__main__":
         explore = np.random.random(args.num_envs) < epsilon
         actions = np.random.randint(envs.single_action_space.n, size=args.num_envs)
         if not explore.all():
-            actions = np.where(explore, actions, np.asarray(greedy_actions(q_state.params, obs.astype(np.float32))))
+            actions = np.where(explore, actions, np.asarray(greedy_actions(q_state.params, np.asarray(obs, dtype=np.float32))))
 
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
 
@@ -470,7 +471,5 @@ if __name__ == "__main__":
     envs.close()
     writer.close()
     if args.track and args.capture_video:
-        import glob
-
         for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
             wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})

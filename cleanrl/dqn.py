@@ -1,4 +1,5 @@
 # DQN (Mnih et al. 2015) for discrete actions on vector observations; docs: README.md#dqnpy
+import glob
 import importlib
 import json
 import os
@@ -436,7 +437,5 @@ if __name__ == "__main__":
     envs.close()
     writer.close()
     if args.track and args.capture_video:
-        import glob
-
         for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
             wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})

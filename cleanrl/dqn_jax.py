@@ -1,5 +1,6 @@
 # DQN (Mnih et al. 2015) in JAX (flax + optax, jit-compiled update) for discrete actions on vector observations;
 # docs: README.md#dqn_jaxpy
+import glob
 import importlib
 import json
 import os
@@ -356,7 +357,7 @@ if __name__ == "__main__":
         explore = np.random.random(args.num_envs) < epsilon
         actions = np.random.randint(envs.single_action_space.n, size=args.num_envs)
         if not explore.all():
-            q_values = q_values_fn(q_state.params, obs.astype(np.float32))
+            q_values = q_values_fn(q_state.params, np.asarray(obs, dtype=np.float32))
             actions = np.where(explore, actions, np.asarray(q_values.argmax(axis=1)))
 
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
@@ -439,7 +440,5 @@ if __name__ == "__main__":
     envs.close()
     writer.close()
     if args.track and args.capture_video:
-        import glob
-
         for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
             wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})
