@@ -5,6 +5,7 @@ import json
 import os
 import pickle
 import random
+import shlex
 import signal
 import sys
 import threading
@@ -41,6 +42,10 @@ class Args:
     """whether to capture videos of the agent performances (check out `videos` folder)"""
     save_model: bool = False
     """whether to save the model into `runs/{run_name}` and evaluate it for 10 episodes"""
+    upload_model: bool = False
+    """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
+    hf_entity: str | None = None
+    """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
     checkpoint_interval: int = 0
     """environment steps between checkpoints written to `runs/{run_name}/checkpoint.pt` (0 = off)"""
     resume: str | None = None
@@ -224,6 +229,15 @@ if __name__ == "__main__":
         gym.spec(registered_id)
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
+    if args.upload_model:
+        if not args.save_model:
+            fail("--upload-model uploads the model that --save-model saves: add --save-model")
+        from cleanrl_utils.huggingface import check_upload
+
+        try:  # before training: a missing token must not cost a whole run
+            hf_repo_id = check_upload(args.hf_entity, args.env_id, args.exp_name, args.seed)
+        except ValueError as e:
+            fail(f"--upload-model: {e}")
 
     if checkpoint is None:
         run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
@@ -513,6 +527,10 @@ if __name__ == "__main__":
 
     envs.close()
     writer.close()
+    if args.upload_model:  # after the envs close, so the last videos are complete
+        from cleanrl_utils.huggingface import push
+
+        push(run_dir, episodic_returns, hf_repo_id, command=shlex.join(["python", *sys.argv]))
     if args.track and args.capture_video:
         for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
             wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})

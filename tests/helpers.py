@@ -24,12 +24,25 @@ def script_env(**extra) -> dict:
     return env
 
 
-def run_script(script: str, *flags: str, cwd: pathlib.Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python cleanrl/<script> <flags>` from `cwd` (so runs/ and videos/ land there); fails the test on a timeout."""
+def run_script(script: str, *flags: str, cwd: pathlib.Path, timeout: float = 300, **env) -> subprocess.CompletedProcess:
+    """`python cleanrl/<script> <flags>` from `cwd` (so runs/ and videos/ land there); fails the test on a timeout;
+    `env` adds variables."""
     return subprocess.run(
         [sys.executable, str(REPO / "cleanrl" / script), *flags],
         cwd=cwd,
-        env=script_env(),
+        env=script_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def run_utility(module: str, *flags: str, cwd: pathlib.Path, timeout: float = 300, **env) -> subprocess.CompletedProcess:
+    """`python -m cleanrl_utils.<module> <flags>` from `cwd`, as a user runs the utilities; `env` adds variables."""
+    return subprocess.run(
+        [sys.executable, "-m", f"cleanrl_utils.{module}", *flags],
+        cwd=cwd,
+        env=script_env(PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS)]), **env),
         capture_output=True,
         text=True,
         timeout=timeout,

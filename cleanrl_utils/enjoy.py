@@ -1,0 +1,143 @@
+"""Watch a trained model play: load it with its script's evaluator, play N episodes, print mean +- std.
+
+    uv run python -m cleanrl_utils.enjoy --model-path runs/CartPole-v1__dqn__1__1764480000/dqn.cleanrl_model
+    uv run python -m cleanrl_utils.enjoy --exp-name dqn --env-id CartPole-v1 --model-path dqn.cleanrl_model --capture-video
+    uv run python -m cleanrl_utils.enjoy --hf-repo someone/CartPole-v1-dqn-seed1     # needs network
+
+The network shape comes from the script that trained the model (`cleanrl/{exp_name}.py`: its `make_env` and network
+class), the playing from `cleanrl_utils/evals/{...}_eval.py`, exactly as `--save-model` evaluates. When the model sits
+in its run folder (or comes from the Hub), `args.json` beside it supplies --exp-name and --env-id.
+"""
+
+import importlib
+import importlib.util
+import json
+import pathlib
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import tyro
+
+CLEANRL_SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "cleanrl"
+
+# script -> (evaluator module, the script's network class, whether the evaluator runs torch on a device)
+EVALUATORS = {
+    "ppo": ("cleanrl_utils.evals.ppo_eval", "Agent", True),
+    "dqn": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),
+    "pqn": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),
+    "c51": ("cleanrl_utils.evals.c51_eval", "QNetwork", True),
+    "dqn_jax": ("cleanrl_utils.evals.dqn_jax_eval", "QNetwork", False),
+    "c51_jax": ("cleanrl_utils.evals.c51_jax_eval", "QNetwork", False),
+}
+
+
+@dataclass
+class Args:
+    model_path: pathlib.Path | None = None
+    """a `.cleanrl_model` file saved by a script's --save-model"""
+    hf_repo: str | None = None
+    """a Hugging Face Hub repository made by --upload-model, instead of --model-path (downloads it)"""
+    exp_name: str | None = None
+    """the script that trained the model (`dqn` for cleanrl/dqn.py); default: from args.json beside the model"""
+    env_id: str | None = None
+    """the environment to play; default: the one the model was trained on (args.json beside the model)"""
+    eval_episodes: int = 10
+    """how many full episodes to play"""
+    seed: int = 1
+    """seed of the evaluation episodes (and the exploration epsilon of value-based evaluators)"""
+    capture_video: bool = False
+    """record the episodes into `videos/{env_id}__{exp_name}__enjoy__{time}`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available (PyTorch models)"""
+
+
+def fail(message: str):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def download(repo_id: str) -> pathlib.Path:
+    """The model file of a Hub repository made by --upload-model (with its args.json beside it)."""
+    import huggingface_hub
+
+    try:
+        folder = pathlib.Path(huggingface_hub.snapshot_download(repo_id, allow_patterns=["*.cleanrl_model", "args.json"]))
+    except Exception as e:  # offline, unknown or private repository: one line naming it
+        fail(f"--hf-repo {repo_id}: cannot download it ({type(e).__name__}: {e})")
+    models = sorted(folder.glob("*.cleanrl_model"))
+    if len(models) != 1:
+        fail(f"--hf-repo {repo_id}: expected one .cleanrl_model file in the repository, found {len(models)}")
+    return models[0]
+
+
+def load_script(exp_name: str):
+    """Import cleanrl/{exp_name}.py as a module (its training lives under `__main__`, so nothing trains)."""
+    spec = importlib.util.spec_from_file_location(exp_name, CLEANRL_SCRIPTS / f"{exp_name}.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def main():
+    args = tyro.cli(Args)
+    if (args.model_path is None) == (args.hf_repo is None):
+        fail("give exactly one of --model-path (a local .cleanrl_model file) and --hf-repo (a Hub repository)")
+    if args.eval_episodes <= 0:
+        fail(f"--eval-episodes must be positive, got {args.eval_episodes}")
+    model_path = download(args.hf_repo) if args.hf_repo is not None else args.model_path
+    if not model_path.is_file():
+        fail(f"--model-path {model_path}: no such file")
+
+    saved_args_path = model_path.parent / "args.json"
+    saved = json.loads(saved_args_path.read_text()) if saved_args_path.is_file() else None
+    exp_name = args.exp_name or (saved["script"][: -len(".py")] if saved else None)
+    env_id = args.env_id or (saved["args"]["env_id"] if saved else None)
+    if exp_name is None or env_id is None:
+        fail(f"no args.json beside {model_path}: pass --exp-name (the script that trained it) and --env-id")
+    if exp_name not in EVALUATORS:
+        fail(f"--exp-name {exp_name}: no evaluator for it; one of {', '.join(EVALUATORS)}")
+
+    import gymnasium as gym
+
+    module, _, registered_id = env_id.rpartition(":")
+    try:
+        if module:  # a user's own env: importing its module registers it
+            importlib.import_module(module)
+        gym.spec(registered_id)
+    except (gym.error.Error, ModuleNotFoundError) as e:
+        fail(f"--env-id {env_id}: {e}")
+
+    evaluator_module, model_class, uses_torch = EVALUATORS[exp_name]
+    script = load_script(exp_name)
+    device_kwargs = {}
+    if uses_torch:
+        import torch
+
+        torch.manual_seed(args.seed)  # a stochastic policy samples from torch's generator: same seed, same episodes
+        device_kwargs["device"] = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    try:
+        episodic_returns = importlib.import_module(evaluator_module).evaluate(
+            str(model_path),
+            script.make_env,
+            env_id,
+            eval_episodes=args.eval_episodes,
+            run_name=f"{env_id}__{exp_name}__enjoy__{int(time.time())}",
+            Model=getattr(script, model_class),
+            capture_video=args.capture_video,
+            seed=args.seed,
+            **device_kwargs,
+        )
+    except (RuntimeError, ValueError, KeyError) as e:  # the weights do not fit this script's network on this env
+        fail(
+            f"cannot play {model_path} as a {exp_name} model on {env_id} (trained by another script, or on another env?): "
+            f"{str(e).splitlines()[0]}"
+        )
+    for episode, episodic_return in enumerate(episodic_returns):
+        print(f"episode {episode}: return {episodic_return:.1f}")
+    print(f"{exp_name} on {env_id}: {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f} over {len(episodic_returns)} episodes")
+
+
+if __name__ == "__main__":
+    main()

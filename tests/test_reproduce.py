@@ -1,0 +1,74 @@
+"""cleanrl_utils.reproduce: a run folder alone regenerates the same run."""
+
+import json
+import shlex
+
+import pytest
+
+from helpers import REPO, assert_clean_failure, run_dirs, run_script, run_utility, scalars
+from cleanrl_utils.reproduce import args_to_flags
+
+
+def test_args_become_the_flags_tyro_reads():
+    flags = args_to_flags(
+        {"exp_name": "ppo", "anneal_lr": True, "norm_adv": False, "target_kl": None, "lr": 2.5e-4, "sizes": [64, 64],
+         "resume": "runs/x", "upload_model": True}
+    )
+    assert flags == ["--exp-name", "ppo", "--anneal-lr", "--no-norm-adv", "--target-kl", "None", "--lr", "0.00025",
+                     "--sizes", "64", "64"]
+
+
+@pytest.mark.slow
+def test_a_finished_run_reruns_to_the_same_learning_curve(tmp_path):
+    # a non-default flag of each kind (bool off, float, int) so the re-run cannot get them from the defaults
+    original = run_script(
+        "ppo.py", "--seed", "5", "--total-timesteps", "4096", "--no-anneal-lr", "--learning-rate", "0.001",
+        "--update-epochs", "2", cwd=tmp_path,
+    )
+    assert original.returncode == 0, original.stderr[-3000:]
+    [original_dir] = run_dirs(tmp_path)
+
+    result = run_utility("reproduce", str(original_dir.relative_to(tmp_path)), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [reproduced_dir] = [d for d in run_dirs(tmp_path) if d != original_dir]
+
+    saved = json.loads((original_dir / "args.json").read_text())
+    assert json.loads((reproduced_dir / "args.json").read_text())["args"] == saved["args"]
+    returns = scalars(original_dir, "charts/episodic_return")
+    assert len(returns) > 10
+    assert scalars(reproduced_dir, "charts/episodic_return") == returns
+    assert scalars(reproduced_dir, "losses/value_loss") == scalars(original_dir, "losses/value_loss")
+
+
+def test_dry_run_prints_the_command_and_overrides_win(tmp_path):
+    run_dir = tmp_path / "runs" / "CartPole-v1__ppo__2__1"
+    run_dir.mkdir(parents=True)
+    args = {"exp_name": "ppo", "seed": 2, "capture_video": False, "env_id": "CartPole-v1", "total_timesteps": 500000,
+            "resume": None, "upload_model": True}
+    (run_dir / "args.json").write_text(json.dumps({"script": "ppo.py", "run_name": run_dir.name, "args": args}))
+
+    result = run_utility("reproduce", str(run_dir), "--dry-run", "--", "--total-timesteps", "1000", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    command = shlex.split(result.stdout.strip())
+    assert command[1:] == [str(REPO / "cleanrl" / "ppo.py"), "--exp-name", "ppo", "--seed", "2", "--no-capture-video",
+                           "--env-id", "CartPole-v1", "--total-timesteps", "500000", "--total-timesteps", "1000"]
+    assert run_dirs(tmp_path) == [], "a dry run must not train"
+
+
+def test_an_override_changes_the_rerun(tmp_path):
+    run_dir = tmp_path / "runs" / "CartPole-v1__ppo__2__1"
+    run_dir.mkdir(parents=True)
+    args = {"exp_name": "ppo", "seed": 2, "env_id": "CartPole-v1", "total_timesteps": 500000}
+    (run_dir / "args.json").write_text(json.dumps({"script": "ppo.py", "run_name": run_dir.name, "args": args}))
+    result = run_utility("reproduce", str(run_dir), "--", "--total-timesteps", "1024", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [rerun_dir] = run_dirs(tmp_path)
+    assert json.loads((rerun_dir / "args.json").read_text())["args"]["total_timesteps"] == 1024
+
+
+def test_bad_run_folders_end_with_one_clear_line(tmp_path):
+    assert_clean_failure(run_utility("reproduce", "nowhere", cwd=tmp_path), "nowhere", "no args.json")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "args.json").write_text(json.dumps({"script": "not_a_script.py", "run_name": "x", "args": {}}))
+    assert_clean_failure(run_utility("reproduce", str(foreign), cwd=tmp_path), "not_a_script.py")
