@@ -1,9 +1,11 @@
 """The project's set-up: what pyproject promises, what the lock resolves, and CI running the README's command."""
 
+import dataclasses
 import tomllib
 
 import numpy as np
-from helpers import REPO
+import pytest
+from helpers import REPO, load_script
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
@@ -28,3 +30,18 @@ def test_ci_runs_exactly_the_readme_test_command():
     readme_command = next(line.split("#")[0].strip() for line in readme.splitlines() if line.startswith("uv run pytest"))
     ci_lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
     assert ci_lines[-1] == readme_command == "uv run pytest"
+
+
+# DESIGN.md: the fields every script's Args has, same names everywhere (tools such as reproduce and enjoy rely on them)
+COMMON_ARGS = [
+    "exp_name", "seed", "torch_deterministic", "cuda", "track", "wandb_project_name", "wandb_entity", "capture_video",
+    "save_model", "upload_model", "hf_entity", "env_id", "total_timesteps",
+]
+
+
+@pytest.mark.parametrize("script", sorted(path.stem for path in (REPO / "cleanrl").glob("*.py")))
+def test_every_script_has_the_common_args(script):
+    fields = [field.name for field in dataclasses.fields(load_script(script).Args)]
+    # JAX picks its device itself and has no cudnn switch: its scripts have no --cuda / --torch-deterministic
+    expected = [name for name in COMMON_ARGS if not (script.endswith("_jax") and name in {"cuda", "torch_deterministic"})]
+    assert [name for name in fields if name in expected] == expected, set(expected) - set(fields)
