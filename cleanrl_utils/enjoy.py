@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import tyro
 
-CLEANRL_SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "cleanrl"
+from cleanrl_utils.reproduce import CLEANRL_SCRIPTS
 
 # script -> (evaluator module, the script's network class, whether the evaluator runs torch on a device)
 EVALUATORS = {
@@ -136,7 +136,9 @@ def main():
         )
     for episode, episodic_return in enumerate(episodic_returns):
         print(f"episode {episode}: return {episodic_return:.1f}")
-    print(f"{exp_name} on {env_id}: {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f} over {len(episodic_returns)} episodes")
+    print(
+        f"{exp_name} on {env_id}: {np.mean(episodic_returns):.2f} +- {np.std(episodic_returns):.2f} over {len(episodic_returns)} episodes"
+    )
 
 
 if __name__ == "__main__":

@@ -29,9 +29,7 @@ import tyro
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from cleanrl_utils.reproduce import args_to_flags
-
-CLEANRL_SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "cleanrl"
+from cleanrl_utils.reproduce import CLEANRL_SCRIPTS, args_to_flags
 
 
 def repo_name(env_id: str, exp_name: str, seed: int) -> str:
@@ -45,8 +43,7 @@ def check_upload(hf_entity: str | None, env_id: str, exp_name: str, seed: int) -
     token = huggingface_hub.get_token()
     if token is None:
         raise ValueError(
-            "no Hugging Face token: run `hf auth login` or set HF_TOKEN (a token with write access), "
-            "or drop --upload-model"
+            "no Hugging Face token: run `hf auth login` or set HF_TOKEN (a token with write access), or drop --upload-model"
         )
     if hf_entity is None:  # the token's own user; asking the Hub who that is needs the network the user asked for
         try:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import tyro
 
+# the scripts sit beside this package in the repository
 CLEANRL_SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "cleanrl"
 # `resume` points at the original run's checkpoint: a reproduction starts from scratch; and it does not overwrite the
 # model the original run published (add `-- --upload-model` to publish it)
@@ -79,7 +80,7 @@ def main():
         sys.exit(2)
     print(shlex.join(command), flush=True)
     if not cli.dry_run:
-        sys.exit(subprocess.run(command).returncode)
+        sys.exit(subprocess.run(command, check=False).returncode)
 
 
 if __name__ == "__main__":

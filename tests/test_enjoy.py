@@ -4,7 +4,6 @@ import re
 
 import numpy as np
 import pytest
-
 from helpers import assert_clean_failure, only_run_dir, run_script, run_utility, scalars
 
 
@@ -74,12 +73,23 @@ def test_a_model_without_its_args_json_needs_exp_name_and_env_id(saved_models, t
     lone_model.write_bytes(saved_models["dqn"].read_bytes())
     assert_clean_failure(run_utility("enjoy", "--model-path", str(lone_model), cwd=tmp_path), "--exp-name", "--env-id")
     result = run_utility(
-        "enjoy", "--model-path", str(lone_model), "--exp-name", "dqn", "--env-id", "CartPole-v1", "--eval-episodes", "2", cwd=tmp_path
+        "enjoy",
+        "--model-path",
+        str(lone_model),
+        "--exp-name",
+        "dqn",
+        "--env-id",
+        "CartPole-v1",
+        "--eval-episodes",
+        "2",
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(played_returns(result.stdout)) == 2
 
 
 def test_hub_repository_offline_is_a_clear_failure(tmp_path):
-    result = run_utility("enjoy", "--hf-repo", "someone/CartPole-v1-dqn-seed1", cwd=tmp_path, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path))
+    result = run_utility(
+        "enjoy", "--hf-repo", "someone/CartPole-v1-dqn-seed1", cwd=tmp_path, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path)
+    )
     assert_clean_failure(result, "--hf-repo someone/CartPole-v1-dqn-seed1", "cannot download")

@@ -5,9 +5,9 @@ import json
 
 import numpy as np
 import pytest
+from helpers import REPO, assert_clean_failure, only_run_dir, run_script, run_utility, scalars
 from huggingface_hub import ModelCard
 
-from helpers import REPO, assert_clean_failure, only_run_dir, run_script, run_utility, scalars
 from cleanrl_utils.huggingface import package_run, repo_name
 
 SCRIPTS = ["ppo.py", "dqn.py", "c51.py", "pqn.py", "dqn_jax.py", "c51_jax.py"]
@@ -41,7 +41,11 @@ def test_repository_files_and_model_card(saved_run, tmp_path):
     assert card.data.library_name == "cleanrl"
     assert "CartPole-v1" in card.data.tags
     [result] = card.data.eval_results
-    assert (result.task_type, result.dataset_name, result.metric_type) == ("reinforcement-learning", "CartPole-v1", "mean_reward")
+    assert (result.task_type, result.dataset_name, result.metric_type) == (
+        "reinforcement-learning",
+        "CartPole-v1",
+        "mean_reward",
+    )
     assert result.metric_value == f"{np.mean(returns):.2f} +/- {np.std(returns):.2f}"
     assert command in card.text
     assert "--hf-repo me/CartPole-v1-ppo-seed1" in card.text
@@ -50,7 +54,9 @@ def test_repository_files_and_model_card(saved_run, tmp_path):
 
 
 def test_publishing_a_finished_run_can_be_previewed_offline(saved_run, tmp_path):
-    result = run_utility("huggingface", str(saved_run), "--hf-entity", "me", "--local-dir", str(tmp_path / "out"), cwd=tmp_path)
+    result = run_utility(
+        "huggingface", str(saved_run), "--hf-entity", "me", "--local-dir", str(tmp_path / "out"), cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     card = ModelCard.load(tmp_path / "out" / "README.md")
     returns = [value for _, value in scalars(saved_run, "eval/episodic_return")]
@@ -78,8 +84,16 @@ def test_unknown_owner_offline_fails_before_training(tmp_path):
 
 def test_a_failed_upload_keeps_the_evaluated_model_and_says_how_to_retry(tmp_path):
     result = run_script(
-        "ppo.py", "--total-timesteps", "1024", "--save-model", "--upload-model", "--hf-entity", "me",
-        cwd=tmp_path, HF_TOKEN="hf_test", HF_HUB_OFFLINE="1",
+        "ppo.py",
+        "--total-timesteps",
+        "1024",
+        "--save-model",
+        "--upload-model",
+        "--hf-entity",
+        "me",
+        cwd=tmp_path,
+        HF_TOKEN="hf_test",
+        HF_HUB_OFFLINE="1",
     )
     assert result.returncode == 1, result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)

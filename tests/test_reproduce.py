@@ -4,26 +4,54 @@ import json
 import shlex
 
 import pytest
-
 from helpers import REPO, assert_clean_failure, run_dirs, run_script, run_utility, scalars
+
 from cleanrl_utils.reproduce import args_to_flags
 
 
 def test_args_become_the_flags_tyro_reads():
     flags = args_to_flags(
-        {"exp_name": "ppo", "anneal_lr": True, "norm_adv": False, "target_kl": None, "lr": 2.5e-4, "sizes": [64, 64],
-         "resume": "runs/x", "upload_model": True}
+        {
+            "exp_name": "ppo",
+            "anneal_lr": True,
+            "norm_adv": False,
+            "target_kl": None,
+            "lr": 2.5e-4,
+            "sizes": [64, 64],
+            "resume": "runs/x",
+            "upload_model": True,
+        }
     )
-    assert flags == ["--exp-name", "ppo", "--anneal-lr", "--no-norm-adv", "--target-kl", "None", "--lr", "0.00025",
-                     "--sizes", "64", "64"]
+    assert flags == [
+        "--exp-name",
+        "ppo",
+        "--anneal-lr",
+        "--no-norm-adv",
+        "--target-kl",
+        "None",
+        "--lr",
+        "0.00025",
+        "--sizes",
+        "64",
+        "64",
+    ]
 
 
 @pytest.mark.slow
 def test_a_finished_run_reruns_to_the_same_learning_curve(tmp_path):
     # a non-default flag of each kind (bool off, float, int) so the re-run cannot get them from the defaults
     original = run_script(
-        "ppo.py", "--seed", "5", "--total-timesteps", "4096", "--no-anneal-lr", "--learning-rate", "0.001",
-        "--update-epochs", "2", cwd=tmp_path,
+        "ppo.py",
+        "--seed",
+        "5",
+        "--total-timesteps",
+        "4096",
+        "--no-anneal-lr",
+        "--learning-rate",
+        "0.001",
+        "--update-epochs",
+        "2",
+        cwd=tmp_path,
     )
     assert original.returncode == 0, original.stderr[-3000:]
     [original_dir] = run_dirs(tmp_path)
@@ -43,15 +71,34 @@ def test_a_finished_run_reruns_to_the_same_learning_curve(tmp_path):
 def test_dry_run_prints_the_command_and_overrides_win(tmp_path):
     run_dir = tmp_path / "runs" / "CartPole-v1__ppo__2__1"
     run_dir.mkdir(parents=True)
-    args = {"exp_name": "ppo", "seed": 2, "capture_video": False, "env_id": "CartPole-v1", "total_timesteps": 500000,
-            "resume": None, "upload_model": True}
+    args = {
+        "exp_name": "ppo",
+        "seed": 2,
+        "capture_video": False,
+        "env_id": "CartPole-v1",
+        "total_timesteps": 500000,
+        "resume": None,
+        "upload_model": True,
+    }
     (run_dir / "args.json").write_text(json.dumps({"script": "ppo.py", "run_name": run_dir.name, "args": args}))
 
     result = run_utility("reproduce", str(run_dir), "--dry-run", "--", "--total-timesteps", "1000", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     command = shlex.split(result.stdout.strip())
-    assert command[1:] == [str(REPO / "cleanrl" / "ppo.py"), "--exp-name", "ppo", "--seed", "2", "--no-capture-video",
-                           "--env-id", "CartPole-v1", "--total-timesteps", "500000", "--total-timesteps", "1000"]
+    assert command[1:] == [
+        str(REPO / "cleanrl" / "ppo.py"),
+        "--exp-name",
+        "ppo",
+        "--seed",
+        "2",
+        "--no-capture-video",
+        "--env-id",
+        "CartPole-v1",
+        "--total-timesteps",
+        "500000",
+        "--total-timesteps",
+        "1000",
+    ]
     assert run_dirs(tmp_path) == [], "a dry run must not train"
 
 

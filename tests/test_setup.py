@@ -34,8 +34,19 @@ def test_ci_runs_exactly_the_readme_test_command():
 
 # DESIGN.md: the fields every script's Args has, same names everywhere (tools such as reproduce and enjoy rely on them)
 COMMON_ARGS = [
-    "exp_name", "seed", "torch_deterministic", "cuda", "track", "wandb_project_name", "wandb_entity", "capture_video",
-    "save_model", "upload_model", "hf_entity", "env_id", "total_timesteps",
+    "exp_name",
+    "seed",
+    "torch_deterministic",
+    "cuda",
+    "track",
+    "wandb_project_name",
+    "wandb_entity",
+    "capture_video",
+    "save_model",
+    "upload_model",
+    "hf_entity",
+    "env_id",
+    "total_timesteps",
 ]
 
 
