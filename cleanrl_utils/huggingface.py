@@ -29,7 +29,7 @@ import tyro
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from cleanrl_utils.reproduce import CLEANRL_SCRIPTS, args_to_flags
+from cleanrl_utils.reproduce import CLEANRL_SCRIPTS, reproducing_flags
 
 
 def repo_name(env_id: str, exp_name: str, seed: int) -> str:
@@ -71,7 +71,7 @@ def model_card(saved: dict, episodic_returns: list[float], repo_id: str, command
             )
         ],
     )
-    full_command = shlex.join(["python", f"cleanrl/{saved['script']}", *args_to_flags(args)])
+    full_command = shlex.join(["python", f"cleanrl/{saved['script']}", *reproducing_flags(args)])
     hyperparameters = json.dumps(args, indent=4)
     spelled_out = ""
     if command != full_command:
@@ -186,7 +186,7 @@ def main():
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     # the run's own command line is not recorded; every saved flag spelled out reproduces it
-    command = shlex.join(["python", f"cleanrl/{saved['script']}", *args_to_flags(args)])
+    command = shlex.join(["python", f"cleanrl/{saved['script']}", *reproducing_flags(args)])
     if cli.local_dir is None:
         push(cli.run_dir, episodic_returns, repo_id, command)
     else:

@@ -26,11 +26,9 @@ NOT_REPRODUCED = {"resume", "upload_model"}
 
 
 def args_to_flags(args: dict) -> list[str]:
-    """Saved Args -> the tyro flags that set each of them (booleans as --flag / --no-flag, None as `None`)."""
+    """Args -> the tyro flags that set each of them (booleans as --flag / --no-flag, None as `None`)."""
     flags = []
     for name, value in args.items():
-        if name in NOT_REPRODUCED:
-            continue
         flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
             flags.append(flag if value else "--no-" + name.replace("_", "-"))
@@ -39,6 +37,11 @@ def args_to_flags(args: dict) -> list[str]:
         else:
             flags += [flag, str(value)]
     return flags
+
+
+def reproducing_flags(args: dict) -> list[str]:
+    """The flags that re-run a run from its saved Args."""
+    return args_to_flags({name: value for name, value in args.items() if name not in NOT_REPRODUCED})
 
 
 def read_run(run_dir: pathlib.Path) -> dict:
@@ -58,7 +61,7 @@ def reproduce_command(run_dir: pathlib.Path, overrides: list[str] = ()) -> list[
     if not script.is_file():
         raise ValueError(f"{run_dir} was made by {saved['script']}, which is not in {CLEANRL_SCRIPTS}")
     # tyro keeps the last value of a repeated flag, so overrides win
-    return [sys.executable, str(script), *args_to_flags(saved["args"]), *overrides]
+    return [sys.executable, str(script), *reproducing_flags(saved["args"]), *overrides]
 
 
 @dataclass

@@ -6,11 +6,12 @@ import shlex
 import pytest
 from helpers import REPO, assert_clean_failure, run_dirs, run_script, run_utility, scalars
 
-from cleanrl_utils.reproduce import args_to_flags
+from cleanrl_utils.reproduce import reproducing_flags
 
 
 def test_args_become_the_flags_tyro_reads():
-    flags = args_to_flags(
+    # resume and upload_model are left out: a reproduction starts afresh and publishes nothing unless asked
+    flags = reproducing_flags(
         {
             "exp_name": "ppo",
             "anneal_lr": True,
