@@ -24,6 +24,7 @@ Writes, creating parent folders:
 import csv
 import json
 import re
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -340,7 +341,9 @@ def main():
         written.append(png_path)
     md_path = output.parent / f"{output.name}.md"
     figures = [f"![{env_id}]({png_path.name})" for env_id, png_path in zip(env_order, written)]
-    md_path.write_text("\n".join([explanation, "", *table, "", *figures]) + "\n")
+    # the report says how to remake it
+    made_with = f"Made with `{shlex.join(['python', '-m', 'cleanrl_utils.plot', *sys.argv[1:]])}`."
+    md_path.write_text("\n".join([made_with, "", explanation, "", *table, "", *figures]) + "\n")
 
     print(explanation, "", *table, "", sep="\n")
     for path in [md_path, *written]:
