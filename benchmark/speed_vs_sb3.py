@@ -4,7 +4,8 @@ identical hyperparameters and budget (the peers are benchmark/sb3_<algo>.py).
 Each run is timed from process start to exit (imports included) and runs alone, one after the other.
 Prints, per seed and on average: wall time, steps per second, peak memory (RSS) and the final return
 (mean of the last 100 episodes), then the speed ratio.
-Usage: benchmark/speed_ppo.sh or benchmark/speed_dqn.sh [--seeds 1 2 3] [--total-timesteps N] [--output FILE]
+Usage: benchmark/speed_{algo}.sh [--seeds 1 2 3] [--env-id ID] [--total-timesteps N] [--output FILE], one wrapper per
+algorithm in ALGOS.
 """
 
 import argparse
@@ -16,11 +17,42 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Pair:
+    script: str
+    peer: str
+    """benchmark/sb3_*.py: the same algorithm and hyperparameters in Stable-Baselines3; prints its final return"""
+    peer_name: str
+    env_id: str
+    total_timesteps: int
+    script_flags: list[str] = field(default_factory=list)
+    """what the script needs to match a choice SB3 does not let us change (each peer's docstring says why)"""
+
+
+ALGOS = {
+    "ppo": Pair("cleanrl/ppo.py", "benchmark/sb3_ppo.py", "PPO", "CartPole-v1", 500000),
+    "dqn": Pair("cleanrl/dqn.py", "benchmark/sb3_dqn.py", "DQN", "CartPole-v1", 500000),
+    "ppo_continuous_action": Pair(
+        "cleanrl/ppo_continuous_action.py", "benchmark/sb3_ppo_continuous_action.py", "PPO", "HalfCheetah-v4", 200000
+    ),
+    "sac": Pair(
+        "cleanrl/sac_continuous_action.py",
+        "benchmark/sb3_sac.py",
+        "SAC",
+        "HalfCheetah-v4",
+        50000,
+        ["--q-lr", "3e-4", "--policy-frequency", "1"],
+    ),
+    "td3": Pair("cleanrl/td3_continuous_action.py", "benchmark/sb3_td3.py", "TD3", "HalfCheetah-v4", 50000),
+}
 
 
 def timed_run(command: list[str], cwd: str) -> tuple[float, float, str]:
@@ -35,10 +67,10 @@ def timed_run(command: list[str], cwd: str) -> tuple[float, float, str]:
     return wall, usage.ru_maxrss / 1024, stdout
 
 
-def run_script(script: str, env_id: str, seed: int, total_timesteps: int) -> dict:
+def run_script(script: str, env_id: str, seed: int, total_timesteps: int, flags: list[str]) -> dict:
     """One run of `script` in a fresh folder: its wall time, peak memory and final return (last 100 episodes)."""
     with tempfile.TemporaryDirectory() as cwd:
-        command = [sys.executable, str(REPO / script), "--env-id", env_id, "--seed", str(seed)]
+        command = [sys.executable, str(REPO / script), "--env-id", env_id, "--seed", str(seed), *flags]
         wall, peak_mb, stdout = timed_run(command + ["--total-timesteps", str(total_timesteps)], cwd)
         if script.startswith("benchmark/sb3_"):  # prints its own final return
             final_return = json.loads(stdout.strip().splitlines()[-1])["final_return"]
@@ -52,18 +84,21 @@ def run_script(script: str, env_id: str, seed: int, total_timesteps: int) -> dic
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algo", choices=["ppo", "dqn"], required=True)
-    parser.add_argument("--env-id", default="CartPole-v1")
+    parser.add_argument("--algo", choices=list(ALGOS), required=True)
+    parser.add_argument("--env-id", help="default: the algorithm's (see ALGOS)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--total-timesteps", type=int, default=500000)
+    parser.add_argument("--total-timesteps", type=int, help="default: the algorithm's (see ALGOS)")
     parser.add_argument("--output", type=pathlib.Path, help="also write the table to this markdown file")
     args = parser.parse_args()
+    pair = ALGOS[args.algo]
+    args.env_id = args.env_id or pair.env_id
+    args.total_timesteps = args.total_timesteps or pair.total_timesteps
 
-    cleanrl_name, sb3_name = f"cleanrl {args.algo}.py", f"stable-baselines3 {args.algo.upper()}"
+    cleanrl_name, sb3_name = f"cleanrl {os.path.basename(pair.script)}", f"stable-baselines3 {pair.peer_name}"
     results = {cleanrl_name: [], sb3_name: []}
     for seed in args.seeds:
-        for name, script in [(sb3_name, f"benchmark/sb3_{args.algo}.py"), (cleanrl_name, f"cleanrl/{args.algo}.py")]:
-            result = run_script(script, args.env_id, seed, args.total_timesteps)
+        for name, script, flags in [(sb3_name, pair.peer, []), (cleanrl_name, pair.script, pair.script_flags)]:
+            result = run_script(script, args.env_id, seed, args.total_timesteps, flags)
             results[name].append(result)
             print(
                 f"{name:24s} seed {seed}: {result['wall']:6.1f} s, {args.total_timesteps / result['wall']:6.0f} steps/s, "
@@ -74,7 +109,8 @@ def main():
     lines = [
         f"{args.env_id}, {args.total_timesteps} steps, seeds {' '.join(map(str, args.seeds))}, one run at a time on "
         f"this machine ({os.cpu_count()} CPUs); wall time from process start to exit.",
-        f"Command: `benchmark/speed_{args.algo}.sh {' '.join(sys.argv[3:])}`",
+        f"Command: `benchmark/speed_{args.algo}.sh {' '.join(sys.argv[3:])}`"
+        + (f"; {cleanrl_name} ran with `{' '.join(pair.script_flags)}` to match SB3" if pair.script_flags else ""),
         "",
         "| implementation | wall time (s) | steps/s | peak memory (MB) | final return (last 100 episodes) |",
         "|-|-|-|-|-|",
@@ -87,7 +123,11 @@ def main():
             f"{np.mean([r['peak_mb'] for r in runs]):.0f} | {final.mean():.1f} +- {final.std():.1f} |"
         )
     with open(REPO / "benchmark" / "reference_scores.csv") as f:
-        references = [row for row in csv.DictReader(f) if row["script"] == args.algo and row["env_id"] == args.env_id]
+        references = [
+            row
+            for row in csv.DictReader(f)
+            if row["script"] == os.path.basename(pair.script)[: -len(".py")] and row["env_id"] == args.env_id
+        ]
     for reference in references[:1]:
         lines.append(
             f"| published reference ({reference['source']}, {int(reference['total_timesteps'])} steps) | | | | "
