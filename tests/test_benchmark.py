@@ -311,3 +311,24 @@ def test_bad_input_is_one_clear_line(tmp_path, fake, flags, message):
     assert_clean_failure(result, message)
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "benchmark_logs").exists()
+
+
+SWEEPS = sorted(path for path in (REPO / "benchmark").glob("*.sh") if not path.name.startswith("speed_"))
+
+
+@pytest.mark.parametrize("sweep", SWEEPS, ids=[path.stem for path in SWEEPS])
+def test_every_sweep_script_lists_three_seeds_of_its_script_on_registered_envs(sweep):
+    import gymnasium as gym
+
+    result = subprocess.run(["bash", str(sweep), "--workers", "0"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    commands = [line.split() for line in result.stdout.splitlines() if line.startswith("python cleanrl/")]
+    assert commands, result.stdout
+    runs = set()
+    for command in commands:
+        assert (REPO / command[1]).is_file(), command
+        env_id, seed = command[command.index("--env-id") + 1], command[command.index("--seed") + 1]
+        gym.spec(env_id)  # raises for an id Gymnasium does not know
+        runs.add((command[1], env_id, seed))
+    env_ids = {env_id for _, env_id, _ in runs}
+    assert runs == {(f"cleanrl/{sweep.stem}.py", env_id, seed) for env_id in env_ids for seed in "123"}
