@@ -30,6 +30,8 @@ EVALUATORS = {
     "c51": ("cleanrl_utils.evals.c51_eval", "QNetwork", True),
     "dqn_jax": ("cleanrl_utils.evals.dqn_jax_eval", "QNetwork", False),
     "c51_jax": ("cleanrl_utils.evals.c51_jax_eval", "QNetwork", False),
+    "ppo_continuous_action": ("cleanrl_utils.evals.ppo_continuous_action_eval", "Agent", True),
+    "rpo_continuous_action": ("cleanrl_utils.evals.ppo_continuous_action_eval", "Agent", True),
 }
 
 
@@ -101,16 +103,18 @@ def main():
 
     import gymnasium as gym
 
+    evaluator_module, model_class, uses_torch = EVALUATORS[exp_name]
+    script = load_script(exp_name)
     module, _, registered_id = env_id.rpartition(":")
     try:
         if module:  # a user's own env: importing its module registers it
             importlib.import_module(module)
+        if hasattr(script, "register_env_family"):  # e.g. dm_control tasks, registered by Shimmy when asked for
+            script.register_env_family(env_id)
         gym.spec(registered_id)
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {env_id}: {e}")
 
-    evaluator_module, model_class, uses_torch = EVALUATORS[exp_name]
-    script = load_script(exp_name)
     device_kwargs = {}
     if uses_torch:
         import torch

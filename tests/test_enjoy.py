@@ -93,3 +93,19 @@ def test_hub_repository_offline_is_a_clear_failure(tmp_path):
         "enjoy", "--hf-repo", "someone/CartPole-v1-dqn-seed1", cwd=tmp_path, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path)
     )
     assert_clean_failure(result, "--hf-repo someone/CartPole-v1-dqn-seed1", "cannot download")
+
+
+def test_continuous_model_plays_the_episodes_its_script_evaluated(tmp_path):
+    """ppo_continuous_action.py's evaluation acts with the Gaussian's mean on observations normalized with the saved
+    statistics: replaying it with the run's eval seed must give the returns the run logged."""
+    result = run_script(
+        "ppo_continuous_action.py", "--env-id", "InvertedPendulum-v4", "--total-timesteps", "2048", "--num-steps", "512",
+        "--save-model", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    model = only_run_dir(tmp_path) / "ppo_continuous_action.cleanrl_model"
+    result = run_utility("enjoy", "--model-path", str(model), "--seed", "100001", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    logged = [value for _, value in scalars(model.parent, "eval/episodic_return")]
+    assert len(logged) == 10
+    assert played_returns(result.stdout) == pytest.approx(logged, abs=0.05)  # printed with one decimal
