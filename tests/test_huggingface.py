@@ -10,7 +10,7 @@ from huggingface_hub import ModelCard
 
 from cleanrl_utils.huggingface import package_run, repo_name
 
-SCRIPTS = ["ppo.py", "dqn.py", "c51.py", "pqn.py", "dqn_jax.py", "c51_jax.py"]
+SCRIPTS = sorted(path.name for path in (REPO / "cleanrl").glob("*.py"))
 # no token anywhere: HF_TOKEN empty and a fresh HF_HOME without a stored one
 NO_TOKEN = {"HF_TOKEN": "", "HF_HUB_OFFLINE": "1"}
 
