@@ -32,6 +32,9 @@ EVALUATORS = {
     "c51_jax": ("cleanrl_utils.evals.c51_jax_eval", "QNetwork", False),
     "ppo_continuous_action": ("cleanrl_utils.evals.ppo_continuous_action_eval", "Agent", True),
     "rpo_continuous_action": ("cleanrl_utils.evals.ppo_continuous_action_eval", "Agent", True),
+    "ddpg_continuous_action": ("cleanrl_utils.evals.ddpg_eval", "Actor", True),
+    "td3_continuous_action": ("cleanrl_utils.evals.ddpg_eval", "Actor", True),
+    "sac_continuous_action": ("cleanrl_utils.evals.sac_eval", "Actor", True),
 }
 
 
