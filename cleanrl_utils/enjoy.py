@@ -35,6 +35,9 @@ EVALUATORS = {
     "ddpg_continuous_action": ("cleanrl_utils.evals.ddpg_eval", "Actor", True),
     "td3_continuous_action": ("cleanrl_utils.evals.ddpg_eval", "Actor", True),
     "sac_continuous_action": ("cleanrl_utils.evals.sac_eval", "Actor", True),
+    "ddpg_continuous_action_jax": ("cleanrl_utils.evals.ddpg_jax_eval", "Actor", False),
+    "td3_continuous_action_jax": ("cleanrl_utils.evals.ddpg_jax_eval", "Actor", False),
+    "sac_continuous_action_jax": ("cleanrl_utils.evals.sac_jax_eval", "Actor", False),
 }
 
 

@@ -1,0 +1,615 @@
+"""The JAX off-policy continuous-control family, cleanrl/ddpg_continuous_action_jax.py, td3_continuous_action_jax.py and
+sac_continuous_action_jax.py: their pure pieces by hand, numerically and against their PyTorch twins, action
+rescaling onto asymmetric bounds, the replay buffer across resets and time limits (MuJoCo, dm_control), and for each
+script smoke, learning, resume (SIGKILL and SIGTERM) and bad inputs."""
+
+import importlib
+import math
+import os
+import runpy
+import signal
+import sys
+import time
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from helpers import (
+    REPO,
+    assert_clean_failure,
+    check_killed_run_resumes_to_the_same_weights,
+    load_checkpoint,
+    load_script,
+    only_run_dir,
+    run_script,
+    scalar_tags,
+    scalars,
+    start_script,
+    wait_for,
+)
+
+SCRIPTS = ["ddpg_continuous_action_jax.py", "td3_continuous_action_jax.py", "sac_continuous_action_jax.py"]
+NAMES = [script[: -len(".py")] for script in SCRIPTS]
+CORRIDOR = "off_policy_continuous_env:ContinuousCorridor-v0"  # asymmetric action bounds, exits at 10, time limit 8
+CRITIC_TAGS = ["losses/qf1_values", "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss", "losses/qf_loss"]
+LOSS_TAGS = {  # the torch twins' tags
+    "ddpg_continuous_action_jax.py": ["losses/qf1_values", "losses/qf1_loss", "losses/actor_loss"],
+    "td3_continuous_action_jax.py": [*CRITIC_TAGS, "losses/actor_loss"],
+    "sac_continuous_action_jax.py": [*CRITIC_TAGS, "losses/actor_loss", "losses/alpha", "losses/alpha_loss"],
+}
+# short runs that train from early on; 32-transition batches keep every update cheap
+SHORT = ["--learning-starts", "200", "--batch-size", "32", "--buffer-size", "2000"]
+# The learning tests' budgets, the torch twins' (25-55 s each here on a quiet machine, 45-100 s on a busy one).
+# Pendulum-v1 (200-step episodes): random play scores about -1200, a policy that swings up and balances -100 to -300.
+# Over seeds 1-3 the mean of the last 5 episodes was -148 to -182 for ddpg (8,000 steps), -147 to -181 for td3 (8,000
+# steps) and -151 to -392 for sac (5,000 steps), all learning from step 1,000. Broken on purpose, seed 1 scored: td3
+# without the bootstrap (--gamma 0) -1499, sac with the log-prob correction's sign flipped -1597, ddpg's actor
+# descending Q -1788.
+LEARNING = {
+    "ddpg_continuous_action_jax.py": (["--total-timesteps", "8000", "--learning-starts", "1000"], -500),
+    "td3_continuous_action_jax.py": (["--total-timesteps", "8000", "--learning-starts", "1000"], -500),
+    "sac_continuous_action_jax.py": (["--total-timesteps", "5000", "--learning-starts", "1000"], -500),
+}
+
+
+def box(low, high):
+    return gym.spaces.Box(np.array(low, np.float32), np.array(high, np.float32))
+
+
+def np32(*shape, rng):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+# ---------------------------------------------------------------- pure pieces
+
+
+def test_ddpg_target_bootstraps_through_truncation_not_termination():
+    ddpg = load_script("ddpg_continuous_action_jax")
+    next_obs = jnp.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    target_actor = lambda obs: obs[:, :1] * 0.5
+    qf1_target = lambda obs, a: obs.sum(1) + 10 * a.sum(1)
+    rewards = jnp.array([1.0, 2.0, 3.0])
+    terminations = jnp.array([1.0, 0.0, 0.0])  # the second transition was truncated: it still bootstraps
+    target = ddpg.ddpg_target(rewards, terminations, next_obs, target_actor, qf1_target, gamma=0.9)
+    # Q'(s', mu'(s')) = 3 + 10 * 0.5 = 8, 7 + 15 = 22, 11 + 25 = 36
+    np.testing.assert_allclose(np.asarray(target), [1.0, 2.0 + 0.9 * 22, 3.0 + 0.9 * 36], rtol=1e-6)
+
+
+def test_td3_target_smoothing_noise_is_clipped_then_the_action():
+    td3 = load_script("td3_continuous_action_jax")
+    low, high = jnp.array([-1.0, 0.0]), jnp.array([3.0, 0.5])
+    scale = (high - low) / 2  # [2, 0.25]
+    n = 4000
+    seen = {}
+
+    def qf1_target(obs, a):
+        seen["actions"] = a
+        return a.sum(1)
+
+    def qf2_target(obs, a):
+        return a.sum(1) - 1.0  # the smaller of the two: clipped double Q must pick it
+
+    def target(mu, policy_noise, noise_clip, seed=0):
+        key = jax.random.PRNGKey(seed)
+        rewards, terminations = jnp.ones(n), jnp.zeros(n).at[0].set(1.0)
+        value = td3.td3_target(
+            rewards,
+            terminations,
+            jnp.zeros((n, 3)),
+            lambda obs: jnp.broadcast_to(mu, (len(obs), 2)),
+            qf1_target,
+            qf2_target,
+            key,
+            0.5,
+            policy_noise,
+            noise_clip,
+            scale,
+            low,
+            high,
+        )
+        value, actions = np.asarray(value), np.asarray(seen["actions"])
+        assert value[0] == 1.0  # terminated: the reward alone
+        np.testing.assert_allclose(value[1:], 1.0 + 0.5 * (actions[1:].sum(1) - 1.0), rtol=1e-6)
+        return actions - np.asarray(mu)
+
+    middle = (high + low) / 2
+    # noise of std 1e6 * scale: every draw is clipped to +-noise_clip * scale, with both signs
+    noise = target(middle, policy_noise=1e6, noise_clip=0.5)
+    np.testing.assert_allclose(np.abs(noise), np.broadcast_to(0.5 * np.asarray(scale), (n, 2)), rtol=1e-6)
+    assert (noise > 0).any(axis=0).all() and (noise < 0).any(axis=0).all()
+    # the usual 0.2, clipped at 0.5: std 0.2 * scale, never beyond 0.5 * scale
+    noise = target(middle, policy_noise=0.2, noise_clip=0.5)
+    assert (np.abs(noise) <= 0.5 * np.asarray(scale) + 1e-6).all()
+    np.testing.assert_allclose(noise.std(axis=0), 0.2 * np.asarray(scale), rtol=0.05)
+    # the key is the only source of randomness: the same key draws the same noise, another key other noise
+    np.testing.assert_array_equal(target(middle, 0.2, 0.5), noise)
+    assert not np.array_equal(target(middle, 0.2, 0.5, seed=1), noise)
+    # at the upper bound, the smoothed action is clipped back into the bounds
+    noise = target(high, policy_noise=1e6, noise_clip=0.5)
+    assert (noise <= 0).all()
+    assert set(noise[:, 0].tolist()) == {0.0, -1.0} and set(noise[:, 1].tolist()) == {0.0, -0.125}
+    # no noise, no smoothing
+    np.testing.assert_array_equal(target(middle, policy_noise=0.0, noise_clip=0.5), np.zeros((n, 2)))
+
+
+def test_sac_soft_td_target_by_hand():
+    sac = load_script("sac_continuous_action_jax")
+    target = sac.soft_td_target(
+        rewards=jnp.array([1.0, 1.0]),
+        terminations=jnp.array([1.0, 0.0]),  # terminated, then truncated (stored as not terminated)
+        next_q1=jnp.array([5.0, 3.0]),
+        next_q2=jnp.array([4.0, 6.0]),
+        next_log_pi=jnp.array([-1.0, 2.0]),
+        alpha=0.5,
+        gamma=0.9,
+    )
+    np.testing.assert_allclose(np.asarray(target), [1.0, 1.0 + 0.9 * (3.0 - 0.5 * 2.0)], rtol=1e-6)
+
+
+def test_sac_log_prob_matches_the_change_of_variables_computed_numerically():
+    """log p(a) for a = tanh(u) * scale + bias, u ~ N(mean, std): the Gaussian's density of u over |det da/du|, with
+    the Jacobian taken by central finite differences in float64 numpy, not by the formula the script uses."""
+    sac = load_script("sac_continuous_action_jax")
+    rng = np.random.default_rng(0)
+    low, high = np.array([-1.0, 0.0, 2.0]), np.array([3.0, 0.5, 10.0])
+    scale, bias = (high - low) / 2, (high + low) / 2
+    mean = rng.standard_normal((6, 3))
+    log_std = rng.uniform(-2, 0.5, (6, 3))
+    u = mean + np.exp(log_std) * rng.standard_normal((6, 3))
+
+    def squash(u):
+        return np.tanh(u) * scale + bias
+
+    h = 1e-6
+    expected = []
+    for i in range(len(u)):
+        jacobian = np.stack([(squash(u[i] + h * e) - squash(u[i] - h * e)) / (2 * h) for e in np.eye(3)])
+        std = np.exp(log_std[i])
+        log_density_u = (-0.5 * ((u[i] - mean[i]) / std) ** 2 - np.log(std * math.sqrt(2 * math.pi))).sum()
+        expected.append(log_density_u - np.log(abs(np.linalg.det(jacobian))))
+    f32 = [jnp.asarray(x, dtype=jnp.float32) for x in (u, mean, log_std, scale)]
+    np.testing.assert_allclose(np.asarray(sac.squashed_gaussian_log_prob(*f32, eps=0.0)), expected, rtol=1e-4, atol=1e-4)
+    # the default eps only matters where tanh saturates
+    np.testing.assert_allclose(np.asarray(sac.squashed_gaussian_log_prob(*f32)), expected, rtol=1e-3, atol=1e-3)
+
+    # and it is a density over the action: in one dimension it integrates to 1 over (low, high)
+    a = np.linspace(-1.0, 3.0, 200_001)[1:-1]  # scale 2, bias 1
+    u = np.arctanh((a - 1.0) / 2.0)
+    one = jnp.ones(1)
+    log_density = sac.squashed_gaussian_log_prob(jnp.asarray(u[:, None]), 0.3 * one, math.log(0.8) * one, 2.0 * one, eps=0.0)
+    assert np.trapezoid(np.exp(np.asarray(log_density, dtype=np.float64)), a) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_pure_pieces_equal_the_torch_twins():
+    """The same inputs give the same numbers as ddpg/td3/sac_continuous_action.py's functions (td3's target without
+    smoothing noise, since the two draw it from different generators)."""
+    rng = np.random.default_rng(1)
+    n = 64
+    obs, rewards = np32(n, 3, rng=rng), np32(n, rng=rng)
+    terminations = (rng.random(n) < 0.3).astype(np.float32)
+    w_actor, w_q = np32(3, 2, rng=rng), np32(5, rng=rng)
+
+    def twin(module):
+        """The same deterministic target actor and critics, for torch tensors and for jax arrays."""
+        xp = torch if module == "torch" else jnp
+        cat = (lambda xs: torch.cat(xs, 1)) if xp is torch else (lambda xs: jnp.concatenate(xs, 1))
+        as_array = (lambda x: torch.as_tensor(x)) if xp is torch else jnp.asarray
+        actor = lambda o: xp.tanh(o @ as_array(w_actor)) * 2.0
+        qf1 = lambda o, a: cat([o, a]) @ as_array(w_q)
+        qf2 = lambda o, a: (cat([o, a]) ** 2) @ as_array(w_q)
+        return as_array, actor, qf1, qf2
+
+    def both(name, function, make_args):
+        torch_fn = getattr(load_script(name), function)
+        jax_fn = getattr(load_script(f"{name}_jax"), function)
+        expected = torch_fn(*make_args("torch")).numpy()
+        np.testing.assert_allclose(np.asarray(jax_fn(*make_args("jax"))), expected, rtol=1e-5, atol=1e-5)
+
+    def ddpg_args(module):
+        as_array, actor, qf1, _ = twin(module)
+        return as_array(rewards), as_array(terminations), as_array(obs), actor, qf1, 0.99
+
+    def td3_args(module):
+        as_array, actor, qf1, qf2 = twin(module)
+        low, high = as_array(np.array([-2.0, -1.0], np.float32)), as_array(np.array([2.0, 0.5], np.float32))
+        key = [jax.random.PRNGKey(0)] if module == "jax" else []
+        common = [as_array(rewards), as_array(terminations), as_array(obs), actor, qf1, qf2, *key, 0.99]
+        return [*common, 0.0, 0.5, (high - low) / 2, low, high]
+
+    def soft_target_args(module):
+        as_array = torch.as_tensor if module == "torch" else jnp.asarray
+        q1, q2, log_pi = np32(n, rng=np.random.default_rng(2)), np32(n, rng=np.random.default_rng(3)), obs[:, 0]
+        alpha = as_array(np.float32(0.3))
+        return as_array(rewards), as_array(terminations), as_array(q1), as_array(q2), as_array(log_pi), alpha, 0.99
+
+    def log_prob_args(module):
+        as_array = torch.as_tensor if module == "torch" else jnp.asarray
+        # |u| < 4 or so: where tanh saturates, 1 - tanh(u)^2 is float32 rounding noise, different in torch and XLA
+        u, mean = np32(n, 3, rng=np.random.default_rng(4)), np32(n, 3, rng=np.random.default_rng(5))
+        log_std = np.random.default_rng(6).uniform(-5, 2, (n, 3)).astype(np.float32)
+        return as_array(u), as_array(mean), as_array(log_std), as_array(np.array([2.0, 0.25, 4.0], np.float32))
+
+    both("ddpg_continuous_action", "ddpg_target", ddpg_args)
+    both("td3_continuous_action", "td3_target", td3_args)
+    both("sac_continuous_action", "soft_td_target", soft_target_args)
+    both("sac_continuous_action", "squashed_gaussian_log_prob", log_prob_args)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_actions_are_rescaled_onto_asymmetric_bounds(name):
+    script = load_script(name)
+    low, high = [-1.0, 0.0, 2.0], [3.0, 0.5, 10.0]
+    actor = script.rescaled_actor(script.Actor, box(low, high))
+    obs = jax.random.normal(jax.random.PRNGKey(0), (64, 3))
+    params = actor.init(jax.random.PRNGKey(1), obs)
+    last = "fc_mean" if name.startswith("sac") else "fc_mu"
+
+    def deterministic_action(params):
+        if name.startswith("sac"):
+            return actor.apply(params, obs, jax.random.PRNGKey(2), method=script.Actor.get_action)[2]
+        return actor.apply(params, obs)
+
+    params["params"][last]["kernel"] = jnp.zeros_like(params["params"][last]["kernel"])
+    for pre_tanh, expected in [(50.0, high), (-50.0, low), (0.0, [1.0, 0.25, 6.0])]:
+        params["params"][last]["bias"] = jnp.full(3, pre_tanh)
+        np.testing.assert_allclose(np.asarray(deterministic_action(params)), np.broadcast_to(expected, (64, 3)), rtol=1e-6)
+    if name.startswith("sac"):  # the sampled actions stay inside the bounds too, and carry their log-probability
+        params["params"][last]["bias"] = jnp.array([3.0, -3.0, 0.0])
+        many_obs = jax.random.normal(jax.random.PRNGKey(3), (10_000, 3))
+        actions, log_prob, _ = actor.apply(params, many_obs, jax.random.PRNGKey(4), method=script.Actor.get_action)
+        actions = np.asarray(actions)
+        assert (actions >= np.array(low)).all() and (actions <= np.array(high)).all()
+        assert log_prob.shape == (10_000,) and np.isfinite(np.asarray(log_prob)).all()
+        # a new key, new samples; the same key, the same ones
+        again = actor.apply(params, many_obs, jax.random.PRNGKey(4), method=script.Actor.get_action)[0]
+        other = actor.apply(params, many_obs, jax.random.PRNGKey(5), method=script.Actor.get_action)[0]
+        assert np.array_equal(np.asarray(again), actions) and not np.array_equal(np.asarray(other), actions)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_evaluation_plays_the_deterministic_action_and_rejects_another_envs_model(tmp_path, monkeypatch, name):
+    """The evaluator rebuilds the actor from the model file (flax bytes of its parameters) and the env's bounds, and
+    plays its deterministic action: the actor's output (DDPG, TD3) or tanh of the Gaussian's mean (SAC), rescaled.
+    An actor saturated at +50 before its tanh must play the upper bound, 2.0 on Pendulum, at every step."""
+    import flax
+
+    monkeypatch.chdir(tmp_path)
+    script = load_script(name)
+    evals = "sac_jax_eval" if name.startswith("sac") else "ddpg_jax_eval"
+    evaluate = importlib.import_module(f"cleanrl_utils.evals.{evals}").evaluate
+    actor = script.rescaled_actor(script.Actor, box([-2.0], [2.0]))
+    params = actor.init(jax.random.PRNGKey(0), jnp.zeros((1, 3)))
+    last = "fc_mean" if name.startswith("sac") else "fc_mu"
+    params["params"][last]["kernel"] = jnp.zeros_like(params["params"][last]["kernel"])
+    params["params"][last]["bias"] = jnp.full(1, 50.0)
+    model_path = tmp_path / "model.cleanrl_model"
+    model_path.write_bytes(flax.serialization.to_bytes(params))
+
+    returns = evaluate(str(model_path), script.make_env, "Pendulum-v1", 1, "eval", script.Actor, capture_video=False, seed=7)
+    env = gym.make("Pendulum-v1")
+    env.reset(seed=7)
+    expected = sum(env.step(np.array([2.0], np.float32))[1] for _ in range(200))
+    assert returns == [pytest.approx(expected, rel=1e-5)]
+
+    with pytest.raises(ValueError, match="holds parameters"):  # a Pendulum actor on a 4-dimensional observation
+        evaluate(str(model_path), script.make_env, "InvertedPendulum-v5", 1, "eval", script.Actor, capture_video=False)
+
+
+# ---------------------------------------------------------------- the replay buffer and the vector env
+
+
+def step_into_buffer(script, envs, rb, steps, actions):
+    obs, _ = envs.reset(seed=0)
+    for _ in range(steps):
+        act = actions() if callable(actions) else actions
+        next_obs, rewards, terminations, truncations, infos = envs.step(act)
+        rb.add(obs, script.real_next_observations(next_obs, infos), act, rewards, terminations)
+        obs = next_obs
+    return next_obs, terminations, truncations, infos
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_replay_buffer_holds_real_transitions_across_resets(name):
+    """Two short-episode envs stepped through several resets, with the script's own make_env, vector env and buffer:
+    every stored transition is one real step (never a jump to the next episode's start), the last step of an episode
+    keeps its real last observation, and only a termination is stored as done."""
+    script = load_script(name)
+    import off_policy_continuous_env  # noqa: F401  (registers ContinuousCorridor-v0)
+
+    envs = gym.vector.SyncVectorEnv(
+        [script.make_env(CORRIDOR, i, False, "test") for i in range(2)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    rb = script.ReplayBuffer(1000, 2, 2)
+    # env 0 strides 3 to the exit (terminated on its 4th step), env 1 walks into the wall (truncated after 8 steps)
+    step_into_buffer(script, envs, rb, 30, np.array([[3.0, 0.25], [-1.0, 0.5]], dtype=np.float32))
+    envs.close()
+
+    assert len(rb) == 60
+    obs, actions, next_obs, rewards, terminations = rb.fields(rb.data[: len(rb)])
+    np.testing.assert_array_equal(next_obs[:, 1] - obs[:, 1], 1.0)  # one step each: no reset inside a transition
+    strider, waller = slice(0, 60, 2), slice(1, 60, 2)  # transitions alternate env 0, env 1
+    np.testing.assert_array_equal(next_obs[strider, 0] - obs[strider, 0], 3.0)
+    np.testing.assert_array_equal(actions[strider], [[3.0, 0.25]] * 30)
+    np.testing.assert_array_equal(rewards[strider], 3.0)
+    np.testing.assert_array_equal(terminations[strider], next_obs[strider, 0] >= 10.0)
+    assert terminations[strider].sum() == 7 and next_obs[strider, 1].max() == 4  # exits at position 12, step 4
+    np.testing.assert_array_equal(next_obs[waller, 0], 0.0)
+    np.testing.assert_array_equal(rewards[waller], -1.0)
+    assert (next_obs[waller, 1] == 8).sum() == 3  # the real last observations of the three truncated episodes
+    assert terminations[waller].sum() == 0  # the time limit cut its episodes: stored as not done, so they bootstrap
+
+    # a batch is one array of rows, which the jitted update splits with the same fields()
+    np.random.seed(0)
+    rows = rb.sample(256)
+    assert rows.shape == (256, 2 + 2 + 2 + 2) and rows.dtype == np.float32
+    b_obs, b_actions, b_next_obs, b_rewards, b_terminations = rb.fields(jnp.asarray(rows))
+    assert b_obs.shape == (256, 2) and b_actions.shape == (256, 2) and b_rewards.shape == b_terminations.shape == (256,)
+    np.testing.assert_array_equal(np.asarray(b_rewards), np.asarray(b_actions[:, 0]))  # the columns stay whole transitions
+    np.testing.assert_array_equal(np.asarray(b_next_obs[:, 1] - b_obs[:, 1]), np.ones(256))
+
+
+def test_replay_buffer_wraps_around_and_round_trips_its_state():
+    import pickle
+
+    sac = load_script("sac_continuous_action_jax")
+    rb = sac.ReplayBuffer(3, 1, 1)
+    for i in range(5):
+        rb.add(np.array([[i]]), np.array([[i + 1]]), np.array([[0.5]]), np.array([float(i)]), np.array([False]))
+    assert len(rb) == 3
+    assert sorted(rb.fields(rb.data)[3].tolist()) == [2.0, 3.0, 4.0]  # the oldest transitions were overwritten
+    restored = sac.ReplayBuffer(3, 1, 1)
+    restored.load_state_dict(pickle.loads(pickle.dumps(rb.state_dict())))
+    np.testing.assert_array_equal(restored.data, rb.data)
+    assert (restored.pos, restored.full) == (rb.pos, rb.full)
+    partly = sac.ReplayBuffer(10, 1, 1)
+    partly.add(np.array([[1.0], [2.0]]), np.array([[2.0], [3.0]]), np.zeros((2, 1)), np.ones(2), np.zeros(2))
+    assert len(partly.state_dict()["data"]) == 2  # a checkpoint holds the filled rows only
+
+
+@pytest.mark.parametrize("env_id", ["HalfCheetah-v4", "HalfCheetah-v5", "dm_control/cheetah-run-v0"])
+@pytest.mark.parametrize("name", NAMES)
+def test_time_limit_truncation_is_stored_as_not_done(name, env_id, tmp_path, monkeypatch):
+    """MuJoCo tasks end by a 1,000-step time limit; dm_control's own limit arrives through shimmy as a truncation
+    too (discount 1). Either way the buffer keeps the real last observation and no done flag, so it bootstraps."""
+    monkeypatch.chdir(tmp_path)  # MuJoCo writes its warnings to MUJOCO_LOG.TXT in the working directory
+    script = load_script(name)
+    envs = gym.vector.SyncVectorEnv(
+        [script.make_env(env_id, 0, False, "test")], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    assert envs.single_observation_space.shape == (17,)  # dm_control's dict of arrays, flattened
+    rb = script.ReplayBuffer(1000, 17, 6)
+    envs.action_space.seed(0)
+    next_obs, terminations, truncations, infos = step_into_buffer(script, envs, rb, 1000, envs.action_space.sample)
+    envs.close()
+    assert truncations[0] and not terminations[0]
+    obs, _, stored_next_obs, _, stored_terminations = rb.fields(rb.data)
+    assert stored_terminations.sum() == 0
+    np.testing.assert_array_equal(stored_next_obs[-1], infos["final_obs"][0].astype(np.float32))
+    assert not np.array_equal(stored_next_obs[-1], next_obs[0].astype(np.float32))  # not the next episode's start
+    np.testing.assert_array_equal(stored_next_obs[:-1], obs[1:])  # consecutive transitions chain up
+    assert float(infos["final_info"]["episode"]["l"][0]) == 1000
+
+
+@pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "dm_control/cheetah-run-v0"])
+def test_pickled_envs_continue_the_same_episode(env_id, tmp_path, monkeypatch):
+    """A checkpoint's envs come back mid-episode: MuJoCo's physics state (EzPickle would restart the simulation) and
+    dm_control's whole physics, with the time limit's count and the episode statistics."""
+    monkeypatch.chdir(tmp_path)
+    script = load_script("sac_continuous_action_jax")
+    envs = gym.vector.SyncVectorEnv([script.make_env(env_id, 0, False, "test")])
+    envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        envs.step(rng.uniform(-1, 1, (1, 6)))
+    copy = gym.vector.SyncVectorEnv([lambda env=env: env for env in script.unpickle_envs(script.pickle_envs(envs))])
+    for _ in range(5):
+        actions = rng.uniform(-1, 1, (1, 6))
+        original, restored = envs.step(actions), copy.step(actions)
+        np.testing.assert_array_equal(original[0], restored[0])
+        np.testing.assert_array_equal(original[1], restored[1])
+    assert copy.envs[0].episode_lengths == envs.envs[0].episode_lengths == 25
+    envs.close()
+    copy.close()
+
+
+def test_dm_control_video_renders_without_a_display(tmp_path, monkeypatch):
+    """--capture-video on dm_control, beside JAX: the script's make_env records through EGL (MUJOCO_GL=egl, set by the
+    script when there is no display). A 1,000-step dm_control episode takes about a minute to render on a CPU, so
+    the smoke tests record MuJoCo's short InvertedPendulum episodes and this one records a few frames."""
+    monkeypatch.chdir(tmp_path)
+    script = load_script("td3_continuous_action_jax")
+    env = script.make_env("dm_control/cheetah-run-v0", 0, True, "dmc")()
+    env.reset(seed=0)
+    for _ in range(5):
+        env.step(env.action_space.sample())
+    env.close()  # a recording in progress is written out on close
+    jax.jit(lambda x: x * 2)(jnp.ones(3)).block_until_ready()  # XLA compiles after EGL has loaded Mesa
+    videos = list((tmp_path / "videos" / "dmc").glob("*.mp4"))
+    assert videos and videos[0].stat().st_size > 0
+
+
+# ---------------------------------------------------------------- the scripts, as a user runs them
+
+MUJOCO_SMOKE_ENV = {  # InvertedPendulum's episodes end within a few dozen steps until it learns: cheap to render
+    "ddpg_continuous_action_jax.py": "InvertedPendulum-v5",
+    "td3_continuous_action_jax.py": "InvertedPendulum-v4",
+    "sac_continuous_action_jax.py": "InvertedPendulum-v5",
+}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_smoke_mujoco_with_every_flag(tmp_path, script):
+    flags = ["--env-id", MUJOCO_SMOKE_ENV[script], "--total-timesteps", "600", *SHORT]
+    flags += ["--capture-video", "--save-model", "--track", "--checkpoint-interval", "300"]
+    result = run_script(script, *flags, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    videos = {path.parent.name for path in (tmp_path / "videos").rglob("*.mp4")}
+    assert run_dir.name in videos and f"{run_dir.name}-eval" in videos, videos  # training and evaluation episodes
+    assert (run_dir / script.replace(".py", ".cleanrl_model")).stat().st_size > 0
+    checkpoint = load_checkpoint(run_dir / "checkpoint.pkl")
+    assert checkpoint["global_step"] == 600 and checkpoint["replay_buffer"] is None  # no --checkpoint-buffer
+    assert checkpoint["key"].shape == (2,)  # the JAX key travels with the checkpoint
+    assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
+    tags = scalar_tags(run_dir)
+    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", *LOSS_TAGS[script]]:
+        assert tag in tags, tag
+    assert [step for step, _ in scalars(run_dir, "losses/qf1_values")] == [300, 400, 500, 600]
+    eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
+    assert len(eval_returns) == 10 and all(r >= 1 for r in eval_returns)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_smoke_dm_control_with_model_and_tracking(tmp_path, script):
+    """No --capture-video: see test_dm_control_video_renders_without_a_display. SAC runs here with a fixed alpha
+    (--no-autotune), which its other runs do not."""
+    flags = ["--env-id", "dm_control/cheetah-run-v0", "--total-timesteps", "1100", "--learning-starts", "1000"]
+    flags += ["--batch-size", "32", "--buffer-size", "2000", "--save-model", "--track", "--checkpoint-interval", "1100"]
+    if script.startswith("sac"):
+        flags += ["--no-autotune", "--alpha", "0.1"]
+    result = run_script(script, *flags, "--checkpoint-buffer", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    assert run_dir.parent.name == "dm_control"  # the id's "/" makes a folder, as in videos/
+    assert [value for _, value in scalars(run_dir, "charts/episodic_length")] == [1000]  # dm_control's time limit
+    assert [step for step, _ in scalars(run_dir, "losses/qf1_loss")] == [1100]
+    assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
+    checkpoint = load_checkpoint(run_dir / "checkpoint.pkl")
+    assert checkpoint["envs"] is not None  # dm_control's physics pickles: a resumed run continues the episode
+    assert checkpoint["replay_buffer"]["data"].shape == (1100, 17 * 2 + 6 + 2)
+    if script.startswith("sac"):
+        assert scalars(run_dir, "losses/alpha") == [(1100, pytest.approx(0.1))] and checkpoint["alpha_state"] is None
+        assert "losses/alpha_loss" not in scalar_tags(run_dir)
+    eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
+    assert len(eval_returns) == 10 and all(0 <= r <= 1000 for r in eval_returns)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_learns_pendulum(tmp_path, script):
+    flags, threshold = LEARNING[script]
+    result = run_script(script, "--env-id", "Pendulum-v1", *flags, "--seed", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    returns = [value for _, value in scalars(only_run_dir(tmp_path), "charts/episodic_return")]
+    assert len(returns) == int(flags[1]) // 200
+    assert np.mean(returns[-5:]) > threshold, returns[-10:]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_killed_run_resumes_to_the_same_weights_on_the_users_own_env(tmp_path, script):
+    """With --checkpoint-buffer the resumed run has everything the uninterrupted one had (parameters, targets,
+    optimizer states, the JAX key, numpy's and the action space's RNGs, the envs mid-episode): byte-identical
+    weights at the end. On ContinuousCorridor with two envs, which raises on any action outside [-1, 3] x [0, 0.5]:
+    random warm-up actions, the policy's and its exploration noise must all land inside."""
+    flags = ["--env-id", CORRIDOR, "--num-envs", "2", "--total-timesteps", "3000", "--learning-starts", "500"]
+    flags += ["--batch-size", "32", "--buffer-size", "5000", "--seed", "3", "--checkpoint-interval", "1000"]
+    run_dir = check_killed_run_resumes_to_the_same_weights(
+        script, [*flags, "--checkpoint-buffer", "--save-model"], tmp_path, "losses/qf1_values"
+    )
+    checkpoint = load_checkpoint(run_dir / "checkpoint.pkl")
+    assert checkpoint["global_step"] == 3000 and len(checkpoint["replay_buffer"]["data"]) == 3000
+    lengths = [value for _, value in scalars(run_dir, "charts/episodic_length")]
+    assert lengths and max(lengths) <= 8
+    assert [step for step, _ in scalars(run_dir, "losses/qf1_values")] == list(range(600, 3001, 200))  # 100 vector steps
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path, script):
+    """SIGTERM mid-run: a checkpoint (without the buffer), exit code 143 and a line saying how to resume. The resumed
+    run starts from an empty buffer: it acts with its policy and makes no update for --learning-starts steps, then
+    learns on; Pendulum's episodes go on where they were."""
+    flags = ["--env-id", "Pendulum-v1", "--total-timesteps", "1000000", "--learning-starts", "500"]
+    flags += ["--batch-size", "32", "--buffer-size", "5000"]
+    process = start_script(script, *flags, cwd=tmp_path)
+    wait_for(lambda: list((tmp_path / "runs").rglob("events.out.tfevents.*")), process)
+    time.sleep(1.5)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    assert f"--resume {run_dir.relative_to(tmp_path)}" in stderr
+    checkpoint = load_checkpoint(run_dir / "checkpoint.pkl")
+    stopped = checkpoint["global_step"]
+    assert 0 < stopped < 1_000_000 and checkpoint["replay_buffer"] is None and checkpoint["envs"] is not None
+
+    end = stopped + 1000
+    result = run_script(
+        script, "--resume", str(run_dir), "--total-timesteps", str(end), "--checkpoint-interval", "1000", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"refilling it with the policy for 500 steps, learning again after step {stopped + 500}" in result.stderr
+    after = [step for step, _ in scalars(run_dir, "losses/qf1_values") if step > stopped]
+    assert after == [step for step in range(100, end + 1, 100) if step > stopped + 500], (stopped, after)
+    assert load_checkpoint(run_dir / "checkpoint.pkl")["updates_start"] == stopped + 500
+    returns = scalars(run_dir, "charts/episodic_return")
+    assert [step for step, _ in returns] == list(range(200, end + 1, 200))  # Pendulum pickles: episodes go on
+
+
+COMMON_BAD_INPUTS = [
+    (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
+    (["--env-id", "off_policy_continuous_env:UnboundedActions-v0"], ["unbounded actions", "finite"]),
+    (["--buffer-size", "0"], ["--buffer-size must be positive"]),
+    (["--policy-frequency", "0"], ["--policy-frequency must be positive"]),
+    (["--learning-starts", "-1"], ["--learning-starts must be >= 0"]),
+    (["--tau", "0"], ["--tau must be in (0, 1]"]),
+    (["--gamma", "1.5"], ["--gamma must be in [0, 1]"]),
+    (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
+    (["--upload-model"], ["--upload-model uploads the model that --save-model saves"]),
+    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint.pkl"]),
+]
+BAD_INPUTS = {
+    "ddpg_continuous_action_jax.py": [
+        (["--exploration-noise", "-0.1"], ["--exploration-noise must be >= 0"]),
+        (["--noise-clip", "0.5"], ["--noise-clip"]),  # DDPG has no target smoothing: no flag for it
+    ],
+    "td3_continuous_action_jax.py": [
+        (["--noise-clip", "-0.5"], ["--noise-clip must be >= 0"]),
+        (["--policy-noise", "-0.2"], ["--policy-noise must be >= 0"]),
+        (["--learning-rate", "0"], ["--learning-rate must be positive"]),
+    ],
+    "sac_continuous_action_jax.py": [
+        (["--alpha", "-0.2", "--no-autotune"], ["--alpha must be >= 0"]),
+        (["--target-network-frequency", "0"], ["--target-network-frequency must be positive"]),
+        (["--q-lr", "0"], ["--q-lr must be positive"]),
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "script, flags, fragments", [(script, *bad) for script in SCRIPTS for bad in COMMON_BAD_INPUTS + BAD_INPUTS[script]]
+)
+def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, script, flags, fragments):
+    """Run in this process (a new one costs seconds of imports per case; test_discrete_env_is_one_clear_line runs
+    each script as a user would): exit code 2, the script's one `error:` line (tyro's own message for an unknown
+    flag), no traceback, and nothing started. A bad input that slipped through would start a run: os.makedirs of
+    a run folder fails the test at once."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [script, *flags])
+    makedirs = os.makedirs
+
+    def no_run_folder(path, *args, **kwargs):
+        assert "runs" not in str(path), f"a bad input started a run ({path})"
+        return makedirs(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "makedirs", no_run_folder)
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(REPO / "cleanrl" / script), run_name="__main__")
+    stderr = capsys.readouterr().err
+    assert exit_info.value.code == 2, stderr
+    for fragment in fragments:
+        assert fragment in stderr, (fragment, stderr)
+    if stderr.startswith("error: "):
+        assert stderr.count("\n") == 1, stderr
+    assert not (tmp_path / "runs").exists(), "a bad input started a run"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_discrete_env_is_one_clear_line(tmp_path, script):
+    result = run_script(script, "--env-id", "CartPole-v1", cwd=tmp_path)
+    assert_clean_failure(result, "Discrete action space", "dqn_jax.py", "dqn.py")
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: "), result.stderr
+    assert not (tmp_path / "runs").exists(), "a bad input started a run"
