@@ -33,7 +33,8 @@ interrupted ones (a run folder holding `checkpoint.pt` or `checkpoint.pkl` and n
 left without a checkpoint moves to `unfinished/`). To run a finished run again, delete its state folder. So after a crash, a Ctrl-C or a
 reboot, the same command picks up where the sweep stopped; adding seeds or env ids later runs only the new ones.
 
-Locally, `--workers N` runs N at a time, each in its own process group. A failing run does not stop the others; the
+Locally, `--workers N` runs N at a time, each in its own process group and with OMP_NUM_THREADS = CPUs / N (unless
+set), so that torch's threads do not oversubscribe the cores. A failing run does not stop the others; the
 summary at the end lists each failure with the end of its log, and the exit code is 1 if any run failed. On a
 terminal a live table shows the runs (done, running, failed, elapsed) with the last line each printed; otherwise
 (CI, a log file) a line per started and finished run. Ctrl-C or SIGTERM stops the sweep: the running scripts get
@@ -337,9 +338,16 @@ def die_with_parent(parent_pid: int):
 class Runner:
     """Runs tasks with the skip / resume rule; shared by the local pool (threads) and --run-task."""
 
-    def __init__(self, sweep_dir: Path, launcher: list[str] | None = None, forward_sigterm: bool = True):
+    def __init__(
+        self,
+        sweep_dir: Path,
+        launcher: list[str] | None = None,
+        forward_sigterm: bool = True,
+        threads_per_run: int | None = None,
+    ):
         self.sweep_dir = sweep_dir
         self.launcher = launcher or []
+        self.threads_per_run = threads_per_run
         self.forward_sigterm = forward_sigterm
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -372,6 +380,10 @@ class Runner:
 
     def _attempt(self, task: Task, state: RunState, action: str, command: list[str], lock_fd: int) -> Outcome:
         env = dict(os.environ)
+        if self.threads_per_run is not None:
+            # runs that share the cores divide them: torch (and numpy's BLAS) would otherwise start a thread per core in
+            # every run, and oversubscribed threads wait on each other at every operation; a value of your own wins
+            env.setdefault("OMP_NUM_THREADS", str(self.threads_per_run))
         if task.wandb_tags:
             env["WANDB_TAGS"] = task.wandb_tags
         full_command = [*self.launcher, *command]
@@ -497,7 +509,7 @@ def rich_view(board: Board, runner: Runner):
 
 
 def run_local(args: Args, tasks: list[Task], sweep_dir: Path) -> int:
-    runner = Runner(sweep_dir)
+    runner = Runner(sweep_dir, threads_per_run=max(1, (os.cpu_count() or 1) // args.workers))
     board = Board(len(tasks))
     on_terminal = sys.stdout.isatty()
     print_lock = threading.Lock()

@@ -19,7 +19,7 @@ PPO = f"{sys.executable} {REPO / 'cleanrl' / 'ppo.py'}"
 TEMPLATE = REPO / "benchmark" / "cleanrl_1gpu.slurm_template"
 
 # a stand-in for a cleanrl script, fast to start: prints the line the scripts print first, makes its run folder, and
-# reports WANDB_TAGS; env id Fail-v0 fails, and FAKE_SLEEP keeps it running
+# reports WANDB_TAGS and OMP_NUM_THREADS; env id Fail-v0 fails, and FAKE_SLEEP keeps it running
 FAKE_SCRIPT = """\
 import argparse, os, sys, time
 parser = argparse.ArgumentParser()
@@ -31,6 +31,7 @@ run_name = f"{args.env_id}__fake__{args.seed}__{time.time_ns()}"
 os.makedirs(f"runs/{run_name}")
 print(f"{run_name}: training to 10 steps on cpu; TensorBoard logs in runs/{run_name}", flush=True)
 print("WANDB_TAGS=" + os.environ.get("WANDB_TAGS", "(unset)"), flush=True)
+print("OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "(unset)"), flush=True)
 for step in range(int(float(os.environ.get("FAKE_SLEEP", "0")) * 10)):
     print(f"step {step}", flush=True)
     time.sleep(0.1)
@@ -238,6 +239,19 @@ def test_wandb_tags_name_the_code_version_when_tracking(tmp_path, fake):
     untracked = benchmark(tmp_path, "--env-ids", "B-v0", "--num-seeds", "1", "--workers", "1", "--command", fake)
     assert untracked.returncode == 0
     assert "WANDB_TAGS=(unset)" in (states(tmp_path)["B-v0__1"] / "log.txt").read_text()
+
+
+def test_parallel_runs_divide_the_cores_unless_the_user_set_threads(tmp_path, fake, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    shared = benchmark(tmp_path, "--env-ids", "A-v0", "--num-seeds", "2", "--workers", "2", "--command", fake)
+    assert shared.returncode == 0, shared.stdout + shared.stderr
+    for state in states(tmp_path).values():
+        assert f"OMP_NUM_THREADS={max(1, os.cpu_count() // 2)}\n" in (state / "log.txt").read_text()
+
+    own = benchmark(tmp_path, "--env-ids", "B-v0", "--num-seeds", "1", "--workers", "2", "--command", fake,
+                    OMP_NUM_THREADS="3")  # fmt: skip
+    assert own.returncode == 0
+    assert "OMP_NUM_THREADS=3\n" in (states(tmp_path)["B-v0__1"] / "log.txt").read_text()
 
 
 def test_slurm_dry_run_renders_the_job_script(tmp_path, fake):
