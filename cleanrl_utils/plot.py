@@ -5,16 +5,18 @@
 A run is a folder holding `events.out.tfevents.*` anywhere under a `--runs` folder (searched recursively: env ids
 such as `ALE/Pong-v5` hold a `/`). Its script, exp_name, env id, seed and budget come from the `args.json` every
 cleanrl script writes there; a run without one is refused rather than guessed from its folder name, which holds no
-budget and no script. Runs are grouped by (exp_name, env id), so `--exp-name` variants of one script are compared
-side by side; each seed is one run.
+budget and no script. Runs are grouped by (exp_name, env id, budget), so `--exp-name` variants of one script, and
+runs of one script at different `--total-timesteps`, are compared side by side; each seed is one run (a seed found
+twice in a group is refused: pass the folders to keep to `--runs`).
 
 Writes, creating parent folders:
-- `{output}_{env_id}.png` per env (`/` and other unsafe characters of the id become `_`): one line per exp_name,
+- `{output}_{env_id}.png` per env (`/` and other unsafe characters of the id become `_`): one line per exp_name
+  (and budget, where an exp_name has several),
   against environment steps (left) and wall time since the run's first TensorBoard event (right). Each run's curve
   is the trailing mean of its last `--smooth` logged values, interpolated linearly onto 200 points spanning the
   range that every run of the line covers (never extrapolated). The line is the mean over runs, the band its 95%
   Student-t confidence interval (sample std, n - 1 degrees of freedom); a single seed gets no band.
-- `{output}.md`: per (exp_name, env), the final return: each run's mean of its last `--last-n` logged values, then
+- `{output}.md`: per group, the final return: each run's mean of its last `--last-n` logged values, then
   mean +- std over runs, where std is the population std (ddof=0, as in cleanrl's published tables); the number of
   seeds, the budget (`total_timesteps`) and, from `--reference-csv` (default: benchmark/reference_scores.csv in the
   current folder, when it exists), the published score, matched on the script's name without `.py` ("—" where there
@@ -283,30 +285,43 @@ def main():
     references = read_references(args.reference_csv)
     runs = select([read_run(path) for path in find_run_dirs(args.runs)], args.exp_names, args.env_ids, args.runs)
 
-    # (exp_name, env_id) -> its runs, in the order --env-ids gave the envs
+    # (exp_name, env_id, budget) -> its runs, in the order --env-ids gave the envs
     env_order = list(dict.fromkeys(args.env_ids)) if args.env_ids else sorted({run.env_id for run in runs})
-    groups: dict[tuple[str, str], list[Run]] = {}
-    for run in sorted(runs, key=lambda run: (run.exp_name, env_order.index(run.env_id), run.seed)):
-        groups.setdefault((run.exp_name, run.env_id), []).append(run)
-    for (exp_name, env_id), group in groups.items():
+    groups: dict[tuple[str, str, int], list[Run]] = {}
+    for run in sorted(runs, key=lambda run: (run.exp_name, env_order.index(run.env_id), run.total_timesteps, run.seed)):
+        groups.setdefault((run.exp_name, run.env_id, run.total_timesteps), []).append(run)
+    for (exp_name, env_id, budget), group in groups.items():
         scripts = sorted({run.script for run in group})
         if len(scripts) > 1:
             fail(f"the runs named {exp_name} on {env_id} come from different scripts ({', '.join(scripts)}); use --exp-names")
+        for seed in sorted({run.seed for run in group}):
+            repeats = [str(run.path) for run in group if run.seed == seed]
+            if len(repeats) > 1:
+                fail(
+                    f"{exp_name} on {env_id}, {budget} steps, seed {seed}: {len(repeats)} runs ({', '.join(repeats)}); "
+                    "a seed counts once, so pass the folders to keep to --runs"
+                )
+    budgets_per_line = {(exp_name, env_id): set() for exp_name, env_id, _ in groups}
+    for exp_name, env_id, budget in groups:
+        budgets_per_line[exp_name, env_id].add(budget)
+
+    def label(exp_name, env_id, budget):
+        return exp_name if len(budgets_per_line[exp_name, env_id]) == 1 else f"{exp_name} ({budget} steps)"
+
     curves = {run.path: load_curve(run, args.metric) for run in runs}
 
     header = ["experiment", "env", "seeds", "budget (steps)", f"final return (last {args.last_n})"]
     if references is not None:
         header += ["reference", "reference budget", "reference source"]
     rows, short_runs = [], []
-    for (exp_name, env_id), group in groups.items():
+    for (exp_name, env_id, budget), group in groups.items():
         finals = []
         for run in group:
             values = curves[run.path].values
             finals.append(values[-args.last_n :].mean())
             if len(values) < args.last_n:
-                short_runs.append(f"{exp_name} on {env_id} seed {run.seed} ({len(values)})")
-        budgets = ", ".join(str(budget) for budget in sorted({run.total_timesteps for run in group}))
-        row = [exp_name, env_id, str(len(group)), budgets, mean_pm_std(finals)]
+                short_runs.append(f"{label(exp_name, env_id, budget)} on {env_id} seed {run.seed} ({len(values)})")
+        row = [exp_name, env_id, str(len(group)), str(budget), mean_pm_std(finals)]
         if references is not None:
             reference = references.get((group[0].script, env_id))
             if reference is None:
@@ -324,18 +339,18 @@ def main():
 
     # every band before any file, so a run that cannot be plotted leaves no half-written report
     bands = {
-        (exp_name, env_id): {
+        (label(exp_name, env_id, budget), env_id): {
             axis: seed_band([curves[run.path] for run in group], axis, args.smooth, f"{exp_name} on {env_id}")
             for axis in ("steps", "seconds")
         }
-        for (exp_name, env_id), group in groups.items()
+        for (exp_name, env_id, budget), group in groups.items()
     }
 
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     written = []
     for env_id in env_order:
-        lines = {exp_name: env_bands for (exp_name, env), env_bands in bands.items() if env == env_id}
+        lines = {line: env_bands for (line, env), env_bands in bands.items() if env == env_id}
         png_path = output.parent / f"{output.name}_{file_safe(env_id)}.png"
         plot_env(env_id, lines, args.metric, args.smooth, png_path)
         written.append(png_path)

@@ -55,18 +55,18 @@ def ppo_runs(tmp_path_factory):
     return cwd
 
 
-def write_run(root, env_id, exp_name, seed, points, script=None, with_args=True):
+def write_run(root, env_id, exp_name, seed, points, script=None, with_args=True, total_timesteps=5000, started=1700000000):
     """A run folder as a cleanrl script leaves it: `charts/episodic_return` at the given (step, value) points, one
     step a millisecond after the writer starts (so the runs' wall-time ranges overlap), and args.json (unless
     with_args is False)."""
-    run_dir = root / f"{env_id}__{exp_name}__{seed}__1700000000"
+    run_dir = root / f"{env_id}__{exp_name}__{seed}__{started}"
     writer = SummaryWriter(str(run_dir))
     start = time.time()
     for step, value in points:
         writer.add_scalar("charts/episodic_return", value, step, walltime=start + step / 1000)
     writer.close()
     if with_args:
-        args = {"exp_name": exp_name, "seed": seed, "env_id": env_id, "total_timesteps": 5000}
+        args = {"exp_name": exp_name, "seed": seed, "env_id": env_id, "total_timesteps": total_timesteps}
         info = {"script": f"{script or exp_name}.py", "run_name": run_dir.name, "args": args}
         (run_dir / "args.json").write_text(json.dumps(info))
     return run_dir
@@ -138,6 +138,22 @@ def test_table_of_hand_made_runs(tmp_path):
     assert table_row(result, md_text, "| sac |") == "| sac | ALE/Toy-v0 | 1 | 5000 | 6.0 +- 0.0 |"
     assert "| ppo_lr |" not in md_text
     assert "fewer values, averaged over all of them: sac on ALE/Toy-v0 seed 1 (3)" in md_text
+
+
+def test_runs_of_other_budgets_are_their_own_line_and_a_repeated_seed_is_refused(tmp_path):
+    write_run(tmp_path / "runs", "CartPole-v1", "ppo", 1, [(10, 1.0), (20, 3.0)])
+    write_run(tmp_path / "runs", "CartPole-v1", "ppo", 2, [(10, 3.0), (20, 5.0)])
+    write_run(tmp_path / "runs", "CartPole-v1", "ppo", 1, [(10, 100.0), (20, 200.0)], total_timesteps=20, started=1)
+    result = run_report("--runs", "runs", "--last-n", "1", "--output", "out", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    md_text = (tmp_path / "out.md").read_text()
+    rows = [line for line in md_text.splitlines() if line.startswith("| ppo |")]
+    assert rows == ["| ppo | CartPole-v1 | 1 | 20 | 200.0 +- 0.0 |", "| ppo | CartPole-v1 | 2 | 5000 | 4.0 +- 1.0 |"]
+
+    again = write_run(tmp_path / "runs", "CartPole-v1", "ppo", 2, [(10, 0.0), (20, 0.0)], started=1700000001)
+    result = run_report("--runs", "runs", "--output", "out", cwd=tmp_path)
+    assert_clean_failure(result, "ppo on CartPole-v1, 5000 steps, seed 2: 2 runs (")
+    assert f"runs/{again.name})" in result.stderr and "pass the folders to keep to --runs" in result.stderr
 
 
 @pytest.mark.parametrize(
