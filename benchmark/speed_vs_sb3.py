@@ -52,6 +52,16 @@ ALGOS = {
         ["--q-lr", "3e-4", "--policy-frequency", "1"],
     ),
     "td3": Pair("cleanrl/td3_continuous_action.py", "benchmark/sb3_td3.py", "TD3", "HalfCheetah-v4", 50000),
+    # the JAX twins against the same peers
+    "sac_jax": Pair(
+        "cleanrl/sac_continuous_action_jax.py",
+        "benchmark/sb3_sac.py",
+        "SAC",
+        "HalfCheetah-v4",
+        50000,
+        ["--q-lr", "3e-4", "--policy-frequency", "1"],
+    ),
+    "td3_jax": Pair("cleanrl/td3_continuous_action_jax.py", "benchmark/sb3_td3.py", "TD3", "HalfCheetah-v4", 50000),
 }
 
 

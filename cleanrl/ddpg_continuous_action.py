@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import tyro
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
 
@@ -95,15 +96,14 @@ def fail(message: str):
 
 
 def register_env(env_id):
-    """Make `env_id` known to gym.make: shimmy registers the DeepMind Control tasks (imported only when asked for),
-    and a user's `module:EnvName-v0` registers itself when its module is imported."""
+    """Make `env_id` known to gym.make: a user's `module:EnvName-v0` registers itself when its module is imported,
+    shimmy registers the DeepMind Control tasks (imported only when asked for)."""
     module, _, registered_id = env_id.rpartition(":")
     if module:
         importlib.import_module(module)
     if registered_id.startswith("dm_control/"):
-        # dm_control opens its EGL (or OSMesa) display on import, which loads Mesa's LLVM; Triton, which torch loads
-        # with its compiler when the first optimizer is built, has an LLVM of its own, and the process crashes when
-        # Mesa's comes first. Loading torch's compiler now puts Triton's first.
+        # dm_control's display loads Mesa's LLVM on import; the process crashes if Triton (loaded by torch's compiler
+        # with the first optimizer) brings its own LLVM after it, so torch's compiler is loaded first
         importlib.import_module("torch._dynamo")
         import shimmy
 
@@ -121,8 +121,7 @@ def make_env(env_id, idx, capture_video, run_name):
             env = gym.make(env_id)
         if isinstance(env.observation_space, gym.spaces.Dict):  # dm_control observes a dict of arrays
             env = gym.wrappers.FlattenObservation(env)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
-        return env
+        return gym.wrappers.RecordEpisodeStatistics(env)
 
     return thunk
 
@@ -130,8 +129,7 @@ def make_env(env_id, idx, capture_video, run_name):
 class QNetwork(nn.Module):
     def __init__(self, envs):
         super().__init__()
-        obs_dim = np.prod(envs.single_observation_space.shape)
-        self.fc1 = nn.Linear(obs_dim + np.prod(envs.single_action_space.shape), 256)
+        self.fc1 = nn.Linear(np.prod(envs.single_observation_space.shape) + np.prod(envs.single_action_space.shape), 256)
         self.fc2 = nn.Linear(256, 256)
         self.fc3 = nn.Linear(256, 1)
 
@@ -186,8 +184,7 @@ class ReplayBuffer:
         self.buffer_size, self.pos, self.full = buffer_size, 0, False
 
     def add(self, obs, next_obs, actions, rewards, terminations):
-        """One vector step: a transition per environment."""
-        n = len(obs)
+        n = len(obs)  # one transition per environment
         rows = [obs.reshape(n, -1), actions.reshape(n, -1), next_obs.reshape(n, -1), rewards[:, None], terminations[:, None]]
         self.data[(self.pos + np.arange(n)) % self.buffer_size] = np.concatenate(rows, axis=1)
         self.full = self.full or self.pos + n >= self.buffer_size
@@ -214,21 +211,19 @@ class ReplayBuffer:
 
 
 def mujoco_state(env):
-    """The full physics state (mj_getState) and RNG of a Gymnasium MuJoCo env, None for any other env. Those envs
-    pickle as their constructor's arguments (EzPickle), so unpickling alone would restart the simulation."""
-    sim = env.unwrapped
-    mujoco = sys.modules.get("mujoco")
+    """The physics state and RNG of a Gymnasium MuJoCo env (None for other envs): those envs pickle as their
+    constructor's arguments (EzPickle), so unpickling alone would restart the simulation."""
+    sim, mujoco = env.unwrapped, sys.modules.get("mujoco")
     if mujoco is None or not isinstance(getattr(sim, "data", None), mujoco.MjData):
         return None
-    spec = mujoco.mjtState.mjSTATE_INTEGRATION
-    state = np.empty(mujoco.mj_stateSize(sim.model, spec))
-    mujoco.mj_getState(sim.model, sim.data, state, spec)
+    state = np.empty(mujoco.mj_stateSize(sim.model, mujoco.mjtState.mjSTATE_INTEGRATION))
+    mujoco.mj_getState(sim.model, sim.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
     return state, sim.np_random
 
 
 def pickle_envs(envs):
-    """The sub-environments of a vector env, pickled with their RNGs, time limits, episode statistics and MuJoCo
-    physics; None where they cannot be (e.g. a renderer's window handle while recording video)."""
+    """The sub-environments with their RNGs, time limits, episode statistics and MuJoCo physics; None where they
+    cannot be pickled (e.g. a renderer's window handle while recording video)."""
     try:
         return cloudpickle.dumps([(env, mujoco_state(env)) for env in envs.envs])
     except (pickle.PicklingError, TypeError):
@@ -238,21 +233,13 @@ def pickle_envs(envs):
 def unpickle_envs(blob):
     envs = []
     for env, state in pickle.loads(blob):
-        if state is not None:
+        if state is not None:  # a MuJoCo env: restore its physics and RNG
             import mujoco
 
-            sim = env.unwrapped
-            mujoco.mj_setState(sim.model, sim.data, state[0], mujoco.mjtState.mjSTATE_INTEGRATION)
-            sim.np_random = state[1]
+            mujoco.mj_setState(env.unwrapped.model, env.unwrapped.data, state[0], mujoco.mjtState.mjSTATE_INTEGRATION)
+            env.unwrapped.np_random = state[1]
         envs.append(env)
     return envs
-
-
-def atomic_save(obj, path):
-    """A reader (or a resumed run) sees the old file or the new one, never a half-written one."""
-    tmp_path = f"{path}.tmp"
-    torch.save(obj, tmp_path)
-    os.replace(tmp_path, path)
 
 
 if __name__ == "__main__":
@@ -266,16 +253,12 @@ if __name__ == "__main__":
         # the saved run's Args are the defaults; flags given now (e.g. a larger --total-timesteps) override them
         args = tyro.cli(Args, default=Args(**checkpoint["args"]))
 
-    for flag in ["total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_frequency"]:
-        if getattr(args, flag) <= 0:
+    for flag in ["total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_frequency", "learning_rate"]:
+        if not getattr(args, flag) > 0:
             fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    for flag in ["checkpoint_interval", "learning_starts"]:
-        if getattr(args, flag) < 0:
+    for flag in ["checkpoint_interval", "learning_starts", "exploration_noise"]:
+        if not getattr(args, flag) >= 0:
             fail(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
-    if not args.learning_rate > 0:
-        fail(f"--learning-rate must be positive, got {args.learning_rate}")
-    if not args.exploration_noise >= 0:
-        fail(f"--exploration-noise must be >= 0, got {args.exploration_noise}")
     if not 0.0 < args.tau <= 1.0:
         fail(f"--tau must be in (0, 1], got {args.tau}")
     if not 0.0 <= args.gamma <= 1.0:
@@ -303,13 +286,9 @@ if __name__ == "__main__":
         except ValueError as e:
             fail(f"--upload-model: {e}")
 
-    if checkpoint is None:
-        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = f"runs/{run_name}"
-    else:
-        run_name, run_dir = checkpoint["run_name"], args.resume.rstrip("/")
+    run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
 
-    # seeding
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -358,28 +337,22 @@ if __name__ == "__main__":
     action_low = torch.as_tensor(action_space.low.flatten(), dtype=torch.float32, device=device)
     action_high = torch.as_tensor(action_space.high.flatten(), dtype=torch.float32, device=device)
 
-    obs_dim, action_dim = int(np.prod(envs.single_observation_space.shape)), int(np.prod(action_space.shape))
-    rb = ReplayBuffer(args.buffer_size, obs_dim, action_dim)
+    rb = ReplayBuffer(args.buffer_size, int(np.prod(envs.single_observation_space.shape)), int(np.prod(action_space.shape)))
     envs.action_space.seed(args.seed)  # the random actions of the warm-up
 
+    learner = {"actor": actor, "target_actor": target_actor, "qf1": qf1, "qf1_target": qf1_target}  # checkpointed, by key
+    learner |= {"q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer}
     num_iterations = args.total_timesteps // args.num_envs  # vector steps
     global_step, start_iteration = 0, 1
-    # updates start after this many steps: learning_starts, or as many again after a resume without the buffer
-    updates_start = args.learning_starts
+    updates_start = args.learning_starts  # learning starts after this step (later after a resume without the buffer)
     if checkpoint is None:
         obs, _ = envs.reset(seed=args.seed)
-        wandb_run_id = None
     else:
-        actor.load_state_dict(checkpoint["actor"])
-        target_actor.load_state_dict(checkpoint["target_actor"])
-        qf1.load_state_dict(checkpoint["qf1"])
-        qf1_target.load_state_dict(checkpoint["qf1_target"])
-        q_optimizer.load_state_dict(checkpoint["q_optimizer"])
-        actor_optimizer.load_state_dict(checkpoint["actor_optimizer"])
+        for key, part in learner.items():
+            part.load_state_dict(checkpoint[key])
         global_step, start_iteration = checkpoint["global_step"], checkpoint["iteration"] + 1
         if checkpoint["replay_buffer"] is not None:
-            if checkpoint["args"]["buffer_size"] != args.buffer_size:
-                saved_size = checkpoint["args"]["buffer_size"]
+            if (saved_size := checkpoint["args"]["buffer_size"]) != args.buffer_size:
                 fail(f"--buffer-size {args.buffer_size}: the checkpoint's replay buffer has size {saved_size}; keep it")
             rb.load_state_dict(checkpoint["replay_buffer"])
             updates_start = checkpoint["updates_start"]
@@ -403,8 +376,8 @@ if __name__ == "__main__":
                 "warning: the checkpoint holds no env state (it could not be pickled); starting new episodes", file=sys.stderr
             )
             obs, _ = envs.reset(seed=args.seed + global_step)
-        wandb_run_id = checkpoint["wandb_run_id"]
 
+    wandb_run_id = checkpoint["wandb_run_id"] if checkpoint else None
     if args.track:
         import wandb
 
@@ -422,38 +395,29 @@ if __name__ == "__main__":
     # on resume, purge_step hides whatever the killed run logged after its last checkpoint: no step repeats
     writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
     if checkpoint is None:
-        writer.add_text(
-            "hyperparameters",
-            "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in vars(args).items()),
-        )
+        table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + table)
 
     def save_checkpoint(iteration):
+        rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+        rng["cuda"] = torch.cuda.get_rng_state_all() if device.type == "cuda" else None
+        rng["action_space"] = envs.action_space.np_random.bit_generator.state
         state = {
             "args": asdict(args),
             "run_name": run_name,
             "iteration": iteration,
             "global_step": global_step,
             "updates_start": updates_start,
-            "actor": actor.state_dict(),
-            "target_actor": target_actor.state_dict(),
-            "qf1": qf1.state_dict(),
-            "qf1_target": qf1_target.state_dict(),
-            "q_optimizer": q_optimizer.state_dict(),
-            "actor_optimizer": actor_optimizer.state_dict(),
-            # plain arrays and counters: the checkpoint loads without this script
-            "replay_buffer": rb.state_dict() if args.checkpoint_buffer else None,
-            "rng": {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
-                "action_space": envs.action_space.np_random.bit_generator.state,
-            },
+            **{key: part.state_dict() for key, part in learner.items()},
+            "replay_buffer": rb.state_dict() if args.checkpoint_buffer else None,  # plain arrays: loads without this script
+            "rng": rng,
             "envs": pickle_envs(envs),
             "obs": obs,
             "wandb_run_id": wandb_run_id,
         }
-        atomic_save(state, os.path.join(run_dir, "checkpoint.pt"))
+        path = os.path.join(run_dir, "checkpoint.pt")
+        torch.save(state, f"{path}.tmp")
+        os.replace(f"{path}.tmp", path)  # atomic: a reader (or a resumed run) never sees a half-written checkpoint
 
     # Slurm and spot instances send SIGTERM before killing: finish the step, checkpoint, exit non-zero
     stop_requested = threading.Event()
@@ -462,19 +426,10 @@ if __name__ == "__main__":
     recent_returns = deque(maxlen=20)
     on_terminal = sys.stdout.isatty()
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    if on_terminal:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[stats]}"),
-            TimeRemainingColumn(),
-        )
-        progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
-        progress.start()
-    report_every = max(1, num_iterations // 20)
+    description, stats = TextColumn("[bold]{task.description}"), TextColumn("{task.fields[stats]}")
+    progress = Progress(description, BarColumn(), MofNCompleteColumn(), stats, TimeRemainingColumn(), disable=not on_terminal)
+    progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
+    progress.start()
     start_time, start_step = time.time(), global_step
     actor_loss = None
 
@@ -490,26 +445,22 @@ if __name__ == "__main__":
             actions = actions.cpu().numpy().reshape(envs.action_space.shape)
 
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-
         if "final_info" in infos:
             for i in np.flatnonzero(infos["final_info"]["_episode"]):
                 episodic_return = float(infos["final_info"]["episode"]["r"][i])
                 recent_returns.append(episodic_return)
                 writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                 writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
-        # the done flag is termination only: a truncated episode (MuJoCo's 1,000-step limit, dm_control's time
-        # limit, which shimmy reports as a truncation) still bootstraps from its real last observation
+        # done = terminated: a truncation (MuJoCo's or dm_control's time limit) bootstraps from its real last observation
         rb.add(obs, real_next_observations(next_obs, infos), actions, rewards, terminations)
         obs = next_obs
 
-        # training
         if global_step > updates_start:
             b_obs, b_actions, b_next_obs, b_rewards, b_terminations = rb.sample(args.batch_size, device)
             with torch.no_grad():
                 next_q_value = ddpg_target(b_rewards, b_terminations, b_next_obs, target_actor, qf1_target, args.gamma)
             qf1_a_values = qf1(b_obs, b_actions)
             qf1_loss = F.mse_loss(qf1_a_values, next_q_value)
-
             q_optimizer.zero_grad()
             qf1_loss.backward()
             q_optimizer.step()
@@ -534,29 +485,26 @@ if __name__ == "__main__":
                     writer.add_scalar("losses/actor_loss", actor_loss.item(), global_step)
                 writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
 
-        if iteration % report_every == 0 or iteration == num_iterations:
+        if iteration % max(1, num_iterations // 20) == 0 or iteration == num_iterations:  # about 20 reports a run
             sps = int((global_step - start_step) / (time.time() - start_time))
             recent = f"return {np.mean(recent_returns):.1f}" if recent_returns else "return -"
-            if on_terminal:
-                progress.update(progress_task, completed=global_step, stats=f"{sps} SPS, {recent}")
-            else:
+            progress.update(progress_task, completed=global_step, stats=f"{sps} SPS, {recent}")
+            if not on_terminal:
                 print(f"step {global_step}/{num_iterations * args.num_envs}, {sps} SPS, {recent}", flush=True)
-        elif on_terminal and iteration % 100 == 0:
+        elif iteration % 100 == 0:
             progress.update(progress_task, completed=global_step)
 
         interval = args.checkpoint_interval
         if (interval and global_step // interval > (global_step - args.num_envs) // interval) or stop_requested.is_set():
             save_checkpoint(iteration)
         if stop_requested.is_set():
-            if on_terminal:
-                progress.stop()
+            progress.stop()
             print(f"SIGTERM at step {global_step}: checkpoint written; continue with --resume {run_dir}", file=sys.stderr)
             envs.close()
             writer.close()
             sys.exit(128 + signal.SIGTERM)
 
-    if on_terminal:
-        progress.stop()
+    progress.stop()
 
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
@@ -565,22 +513,14 @@ if __name__ == "__main__":
         print(f"model saved to {model_path}")
         from cleanrl_utils.evals.ddpg_eval import evaluate
 
+        # 10 episodes of the deterministic policy, on seeds apart from training's
         episodic_returns = evaluate(
-            model_path,
-            make_env,
-            args.env_id,
-            eval_episodes=10,
-            run_name=f"{run_name}-eval",
-            Model=Actor,
-            device=device,
-            capture_video=args.capture_video,
-            seed=args.seed + 100_000,
+            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Actor, device, args.capture_video, args.seed + 100_000
         )
         for idx, episodic_return in enumerate(episodic_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(
-            f"evaluation over {len(episodic_returns)} episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}"
-        )
+        mean, std = np.mean(episodic_returns), np.std(episodic_returns)
+        print(f"evaluation over {len(episodic_returns)} episodes: {mean:.1f} +- {std:.1f}")
 
     envs.close()
     writer.close()

@@ -23,14 +23,13 @@ import tyro
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
 
-# MuJoCo renders videos through OpenGL, and reads MUJOCO_GL once, when it is first imported. Without a display,
-# EGL renders off-screen (its library comes with the system package libegl1); a MUJOCO_GL of your own always wins
+# MuJoCo reads MUJOCO_GL once, on import: without a display, EGL renders off-screen (package libegl1); your own one wins
 HEADLESS = sys.platform.startswith("linux") and not os.environ.get("DISPLAY")
 if HEADLESS and "MUJOCO_GL" not in os.environ and ctypes.util.find_library("EGL"):
     os.environ["MUJOCO_GL"] = "egl"
 
-OBS_CLIP, REWARD_CLIP = 10.0, 10.0  # normalized observations and rewards are clipped to +-10, as CleanRL's original
-NORM_EPSILON = 1e-8  # keeps the division finite where a statistic has no variance yet
+# normalized observations and rewards are clipped to +-10, as CleanRL's original; the epsilon keeps divisions finite
+OBS_CLIP, REWARD_CLIP, NORM_EPSILON = 10.0, 10.0, 1e-8
 
 
 @dataclass
@@ -118,9 +117,7 @@ def fail(message: str):
 def register_env_family(env_id):
     """DeepMind Control tasks (`dm_control/cheetah-run-v0`) are registered by Shimmy, imported only when asked for."""
     if env_id.startswith("dm_control/"):
-        # dm_control opens its EGL (or OSMesa) display on import, which loads Mesa's LLVM; Triton, which torch loads
-        # with its compiler when the first optimizer is built, has an LLVM of its own, and the process crashes when
-        # Mesa's comes first. Loading torch's compiler now puts Triton's first.
+        # Triton's LLVM (loaded by torch's compiler) must precede Mesa's (dm_control's display) or the process crashes
         importlib.import_module("torch._dynamo")
         import shimmy
 
@@ -135,11 +132,9 @@ def make_env(env_id, idx, capture_video, run_name):
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
         else:
             env = gym.make(env_id)
-        # dm_control observes a dict of named arrays: the MLP takes them concatenated
         if isinstance(env.observation_space, gym.spaces.Dict) or len(env.observation_space.shape or ()) > 1:
-            env = gym.wrappers.FlattenObservation(env)
-        # the episode statistics see the env's own rewards: normalization happens in the training loop, after them
-        env = gym.wrappers.RecordEpisodeStatistics(env)
+            env = gym.wrappers.FlattenObservation(env)  # e.g. dm_control's dict of named arrays, for the MLP
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # the env's own rewards: normalization comes in the training loop
         return env
 
     return thunk
@@ -157,40 +152,24 @@ class Agent(nn.Module):
         obs_dim = int(np.prod(envs.single_observation_space.shape))
         action_space = envs.single_action_space
         action_dim = int(np.prod(action_space.shape))
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 1), std=1.0),
-        )
-        self.actor_mean = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, action_dim), std=0.01),
-        )
+
+        def mlp(out_dim, out_std):  # CleanRL's 64-64 tanh network, orthogonally initialized
+            hidden = [layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)), nn.Tanh()]
+            return nn.Sequential(*hidden, layer_init(nn.Linear(64, out_dim), std=out_std))
+
+        self.critic = mlp(1, out_std=1.0)
+        self.actor_mean = mlp(action_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))  # state-independent
-        # The Gaussian is unbounded and lives in [-1, 1] units: env_action maps [-1, 1] affinely onto each dimension's
-        # [low, high] (the identity for MuJoCo's usual [-1, 1]) and clips there, as CleanRL's original and SB3 clip at
-        # the env. Dimensions without finite bounds pass through unscaled.
+        # env_action maps the Gaussian's [-1, 1] affinely onto each finite [low, high], then clips (as SB3 and the original)
         low, high = action_space.low, action_space.high
         finite = np.isfinite(low) & np.isfinite(high)
         self.action_low, self.action_high = low, high
         self.action_scale = np.where(finite, (high - low) / 2, 1.0).astype(action_space.dtype)
         self.action_bias = np.where(finite, (high + low) / 2, 0.0).astype(action_space.dtype)
 
-    def get_value(self, x):
-        return self.critic(x)
-
     def evaluate_actions(self, x, action, rpo_alpha=0.0):
-        """Log-probability and entropy of the given actions under the current policy, and the state values. The
-        diagonal Gaussian's formulas written out: torch.distributions.Normal costs more in its checks than the math.
-
-        RPO: with rpo_alpha > 0 (the update only), the mean is shifted by fresh noise U(-rpo_alpha, rpo_alpha), so the
-        policy is trained on a perturbed, higher-entropy version of itself; acting, and the log-probabilities of the
-        rollout policy, use the mean itself."""
+        """Log-probabilities, entropies and state values; the formulas written out cost less than torch.distributions.
+        RPO, in the update only: fresh U(-rpo_alpha, rpo_alpha) noise shifts the mean (a perturbed, higher-entropy policy)."""
         action_mean = self.actor_mean(x)
         if rpo_alpha > 0:
             action_mean = action_mean + torch.empty_like(action_mean).uniform_(-rpo_alpha, rpo_alpha)
@@ -201,23 +180,15 @@ class Agent(nn.Module):
         return logprob, entropy, self.critic(x).flatten()
 
     def env_action(self, action):
-        """The action env.step receives for the policy's raw sample (numpy): rescaled to the Box bounds and clipped.
-        The raw sample is what the rollout stores and what the log-probabilities are of."""
+        """The policy's raw sample (numpy; what the rollout stores) rescaled to the env's Box bounds and clipped."""
         return np.clip(self.action_bias + self.action_scale * action, self.action_low, self.action_high)
 
 
 class RunningMeanStd:
-    """Mean and variance of everything seen so far, updated batch by batch with Chan et al.'s parallel algorithm:
-    the same statistics, initial values (mean 0, variance 1, count 1e-4) and update as gymnasium's RunningMeanStd.
-
-    Why not gymnasium's NormalizeObservation / NormalizeReward wrappers: inside each sub-environment they would keep
-    one statistic per environment, out of reach of the checkpoint, the saved model and the evaluation. Kept here,
-    the statistics are shared by all environments, saved with the model and frozen for evaluation."""
+    """gymnasium's RunningMeanStd, here rather than in its per-env wrappers: shared by all envs, checkpointed and saved."""
 
     def __init__(self, shape=()):
-        self.mean = np.zeros(shape, dtype=np.float64)
-        self.var = np.ones(shape, dtype=np.float64)
-        self.count = 1e-4
+        self.mean, self.var, self.count = np.zeros(shape), np.ones(shape), 1e-4
 
     def update(self, x):
         # sums rather than x.mean() / x.var(): the same values at a third of the cost, paid at every step
@@ -227,10 +198,8 @@ class RunningMeanStd:
         delta = batch_mean - self.mean
         total = self.count + batch_count
         self.mean = self.mean + delta * (batch_count / total)
-        self.var = (
-            self.var * self.count + batch_var * batch_count + np.square(delta) * (self.count * batch_count / total)
-        ) / total
-        self.count = total
+        m2 = self.var * self.count + batch_var * batch_count + np.square(delta) * (self.count * batch_count / total)
+        self.var, self.count = m2 / total, total
 
     def state_dict(self):
         return {"mean": self.mean.copy(), "var": self.var.copy(), "count": self.count}
@@ -240,10 +209,7 @@ class RunningMeanStd:
 
 
 def sample_actions(obs, actor_weights, action_std, rng):
-    """One sample of the Gaussian policy per observation, acting: all it needs is the actor, run here in numpy with
-    the weights of Agent.actor_mean (Linear, Tanh, Linear, Tanh, Linear) and the std exp(actor_logstd). For one
-    observation at a time, torch's per-operation overhead costs more than a 64-unit MLP's arithmetic: in torch, acting
-    took over a third of each environment step (a test checks this mean against Agent.actor_mean)."""
+    """A Gaussian sample per observation, actor_mean run in numpy: on one observation, torch's overhead costs more."""
     w1, b1, w2, b2, w3, b3 = actor_weights
     hidden = np.tanh(obs @ w1.T + b1)
     hidden = np.tanh(hidden @ w2.T + b2)
@@ -252,16 +218,13 @@ def sample_actions(obs, actor_weights, action_std, rng):
 
 
 def normalize_obs(obs, obs_rms):
-    """Observations standardized with the running statistics, clipped to +-OBS_CLIP (gymnasium's NormalizeObservation
-    followed by a clip, as CleanRL's original); float32 for the networks."""
+    """Standardized with the running statistics, clipped to +-OBS_CLIP as CleanRL's original; float32 for the networks."""
     return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + NORM_EPSILON), -OBS_CLIP, OBS_CLIP).astype(np.float32)
 
 
 def scale_rewards(rewards, discounted_returns, episode_ends, return_rms, gamma):
-    """Rewards divided by the running std of the discounted return (not of the reward itself), clipped to
-    +-REWARD_CLIP, as gymnasium's NormalizeReward and SB3's VecNormalize. discounted_returns (one per env) is updated
-    in place and, as in VecNormalize, restarts at every episode end, a truncation included: the return it tracks is
-    an episode's. Returns the scaled rewards."""
+    """Rewards divided by the running std of the discounted return, clipped, as SB3's VecNormalize; discounted_returns
+    is updated in place and restarts at every episode end."""
     discounted_returns *= gamma
     discounted_returns += rewards
     return_rms.update(discounted_returns)
@@ -270,13 +233,8 @@ def scale_rewards(rewards, discounted_returns, episode_ends, return_rms, gamma):
 
 
 def compute_gae(rewards, values, last_value, final_values, terminations, episode_ends, gamma, gae_lambda):
-    """Generalized Advantage Estimation over a rollout of numpy arrays shaped (num_steps, num_envs).
-
-    values[t] is V(obs[t]) and last_value is V of the observation after the rollout. Where an episode ended at
-    step t, obs[t + 1] is already the next episode's reset observation, so the bootstrap comes from
-    final_values[t] = V(real last observation) instead: a time-limit truncation keeps the value of where it
-    stopped, a termination zeroes it, and no episode end lets the lambda-return leak into the next episode.
-    """
+    """GAE over (num_steps, num_envs) arrays. Where an episode ended at step t, obs[t + 1] is a reset observation: the
+    bootstrap is final_values[t] = V(real last observation), zeroed by a termination, and nothing leaks across episodes."""
     next_values = np.concatenate([values[1:], last_value.reshape(1, -1)])
     next_values = np.where(episode_ends, final_values, next_values)
     advantages = np.zeros_like(rewards)
@@ -289,21 +247,17 @@ def compute_gae(rewards, values, last_value, final_values, terminations, episode
 
 
 def mujoco_state(env):
-    """The full physics state (mj_getState) and RNG of a Gymnasium MuJoCo env, None for any other env. Those envs
-    pickle as their constructor's arguments (EzPickle), so unpickling alone would restart the simulation."""
-    sim = env.unwrapped
-    mujoco = sys.modules.get("mujoco")
+    """Physics and RNG of a MuJoCo env (else None): it pickles as its constructor's arguments, restarting the simulation."""
+    sim, mujoco = env.unwrapped, sys.modules.get("mujoco")
     if mujoco is None or not isinstance(getattr(sim, "data", None), mujoco.MjData):
         return None
-    spec = mujoco.mjtState.mjSTATE_INTEGRATION
-    state = np.empty(mujoco.mj_stateSize(sim.model, spec))
-    mujoco.mj_getState(sim.model, sim.data, state, spec)
+    state = np.empty(mujoco.mj_stateSize(sim.model, mujoco.mjtState.mjSTATE_INTEGRATION))
+    mujoco.mj_getState(sim.model, sim.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
     return state, sim.np_random
 
 
 def pickle_envs(envs):
-    """The sub-environments of a vector env, pickled with their RNGs, time limits, episode statistics and MuJoCo
-    physics; None where they cannot be (e.g. a renderer's window handle)."""
+    """The sub-environments with their RNGs, time limits and MuJoCo physics; None if unpicklable (e.g. a window handle)."""
     try:
         return cloudpickle.dumps([(env, mujoco_state(env)) for env in envs.envs])
     except (pickle.PicklingError, TypeError, ValueError):  # ValueError: ctypes pointers
@@ -311,23 +265,14 @@ def pickle_envs(envs):
 
 
 def unpickle_envs(blob):
-    envs = []
-    for env, state in pickle.loads(blob):
+    pairs = pickle.loads(blob)
+    for env, state in pairs:
         if state is not None:
             import mujoco
 
-            sim = env.unwrapped
-            mujoco.mj_setState(sim.model, sim.data, state[0], mujoco.mjtState.mjSTATE_INTEGRATION)
-            sim.np_random = state[1]
-        envs.append(env)
-    return envs
-
-
-def atomic_save(obj, path):
-    """A reader (or a resumed run) sees the old file or the new one, never a half-written one."""
-    tmp_path = f"{path}.tmp"
-    torch.save(obj, tmp_path)
-    os.replace(tmp_path, path)
+            mujoco.mj_setState(env.unwrapped.model, env.unwrapped.data, state[0], mujoco.mjtState.mjSTATE_INTEGRATION)
+            env.unwrapped.np_random = state[1]
+    return [env for env, _ in pairs]
 
 
 if __name__ == "__main__":
@@ -384,13 +329,11 @@ if __name__ == "__main__":
         except ValueError as e:
             fail(f"--upload-model: {e}")
 
-    if checkpoint is None:
-        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = f"runs/{run_name}"
-    else:
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = f"runs/{run_name}"
+    if checkpoint is not None:
         run_name, run_dir = checkpoint["run_name"], args.resume.rstrip("/")
 
-    # seeding
     random.seed(args.seed)
     np.random.seed(args.seed)
     action_rng = np.random.default_rng(args.seed)  # the policy's exploration noise while acting
@@ -398,14 +341,13 @@ if __name__ == "__main__":
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     if device.type == "cpu":
-        # a 64-unit MLP is too small to split across threads: one thread avoids the synchronisation cost
-        torch.set_num_threads(1)
+        torch.set_num_threads(1)  # a 64-unit MLP is too small to split across threads
 
     # env setup: SAME_STEP autoreset returns the reset observation at once and the real last one in infos["final_obs"]
-    if checkpoint is not None and checkpoint["envs"] is not None:
+    env_fns = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
+    restored_envs = checkpoint is not None and checkpoint["envs"] is not None
+    if restored_envs:  # the checkpoint's own envs, mid-episode
         env_fns = [lambda env=env: env for env in unpickle_envs(checkpoint["envs"])]
-    else:
-        env_fns = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
     # copy=False: each observation is normalized into a new array at once, so the env's own buffer needs no copy
     envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, copy=False)
     if not isinstance(envs.single_action_space, gym.spaces.Box) or len(envs.single_action_space.shape) != 1:
@@ -424,97 +366,62 @@ if __name__ == "__main__":
         json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
 
     agent = Agent(envs).to(device)
-    # fused: one kernel per step instead of a dozen small ops per parameter tensor
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-
-    # observation and reward normalization; their statistics go into checkpoints and the saved model
-    obs_rms = RunningMeanStd(envs.single_observation_space.shape)
-    return_rms = RunningMeanStd()
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # fused: one kernel per step
+    obs_rms, return_rms = RunningMeanStd(envs.single_observation_space.shape), RunningMeanStd()
     discounted_returns = np.zeros(args.num_envs)
 
-    # storage for one rollout, in numpy: a write per step is far cheaper than into a tensor; the update
-    # converts the whole rollout to tensors once
+    # storage for one rollout, in numpy: a write per step is far cheaper than into a tensor
     obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=np.float32)
     actions = np.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape, dtype=np.float32)
-    rewards = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-    terminations = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-    episode_ends = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    rewards, terminations, episode_ends = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32) for _ in range(3))
     final_obs = np.zeros_like(obs)  # the real last observation where an episode ended (obs[t + 1] is a reset one)
 
-    global_step, start_iteration = 0, 1
-    if checkpoint is None:
-        raw_obs, _ = envs.reset(seed=args.seed)
-        obs_rms.update(raw_obs)
-        next_obs = normalize_obs(raw_obs, obs_rms)
-        wandb_run_id = None
-    else:
-        agent.load_state_dict(checkpoint["agent"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        obs_rms.load_state_dict(checkpoint["obs_rms"])
-        return_rms.load_state_dict(checkpoint["return_rms"])
+    global_step, start_iteration, wandb_run_id = 0, 1, None
+    if checkpoint is not None:
+        for key, stateful in [("agent", agent), ("optimizer", optimizer), ("obs_rms", obs_rms), ("return_rms", return_rms)]:
+            stateful.load_state_dict(checkpoint[key])
         global_step, start_iteration = checkpoint["global_step"], checkpoint["iteration"] + 1
+        wandb_run_id = checkpoint["wandb_run_id"]
         random.setstate(checkpoint["rng"]["python"])
         np.random.set_state(checkpoint["rng"]["numpy"])
         action_rng.bit_generator.state = checkpoint["rng"]["actions"]
         torch.set_rng_state(checkpoint["rng"]["torch"])
         if device.type == "cuda" and checkpoint["rng"]["cuda"] is not None:
             torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
-        if checkpoint["envs"] is not None:
-            next_obs, discounted_returns = checkpoint["next_obs"], checkpoint["discounted_returns"]
-        else:
-            print(
-                "warning: the checkpoint holds no env state (it could not be pickled); starting new episodes", file=sys.stderr
-            )
-            raw_obs, _ = envs.reset(seed=args.seed + global_step)
-            obs_rms.update(raw_obs)
-            next_obs = normalize_obs(raw_obs, obs_rms)
-        wandb_run_id = checkpoint["wandb_run_id"]
+    if checkpoint is not None and not restored_envs:
+        print("warning: the checkpoint holds no env state (it could not be pickled); starting new episodes", file=sys.stderr)
+    if restored_envs:
+        next_obs, discounted_returns = checkpoint["next_obs"], checkpoint["discounted_returns"]
+    else:
+        raw_obs, _ = envs.reset(seed=args.seed + global_step)
+        obs_rms.update(raw_obs)
+        next_obs = normalize_obs(raw_obs, obs_rms)
 
     if args.track:
         import wandb
 
-        wandb_run = wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            id=wandb_run_id,  # None starts a new W&B run; a resumed run appends to its own
-            resume="allow",
-            save_code=True,
-        )
-        wandb_run_id = wandb_run.id
+        wandb_run_id = wandb.init(
+            project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=vars(args), name=run_name,
+            id=wandb_run_id, resume="allow", save_code=True,  # an id of None starts a new W&B run; a resumed one appends
+        ).id  # fmt: skip
     # on resume, purge_step hides whatever the killed run logged after its last checkpoint: no step repeats
     writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
     if checkpoint is None:
-        writer.add_text(
-            "hyperparameters",
-            "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in vars(args).items()),
-        )
+        table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
+        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
 
     def save_checkpoint(iteration):
         state = {
-            "args": asdict(args),
-            "run_name": run_name,
-            "iteration": iteration,
-            "global_step": global_step,
-            "agent": agent.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "obs_rms": obs_rms.state_dict(),
-            "return_rms": return_rms.state_dict(),
-            "discounted_returns": discounted_returns.copy(),
-            "rng": {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "actions": action_rng.bit_generator.state,
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
-            },
-            "envs": pickle_envs(envs),
-            "next_obs": next_obs,
-            "wandb_run_id": wandb_run_id,
-        }
-        atomic_save(state, os.path.join(run_dir, "checkpoint.pt"))
+            "args": asdict(args), "run_name": run_name, "iteration": iteration, "global_step": global_step,
+            "agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "obs_rms": obs_rms.state_dict(),
+            "return_rms": return_rms.state_dict(), "discounted_returns": discounted_returns.copy(),
+            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "actions": action_rng.bit_generator.state,
+                    "torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else None},
+            "envs": pickle_envs(envs), "next_obs": next_obs, "wandb_run_id": wandb_run_id,
+        }  # fmt: skip
+        path = os.path.join(run_dir, "checkpoint.pt")
+        torch.save(state, f"{path}.tmp")
+        os.replace(f"{path}.tmp", path)  # atomic: a resumed run never reads a half-written checkpoint
 
     # Slurm and spot instances send SIGTERM before killing: finish the iteration, checkpoint, exit non-zero
     stop_requested = threading.Event()
@@ -522,25 +429,18 @@ if __name__ == "__main__":
 
     recent_returns = deque(maxlen=20)
     on_terminal = sys.stdout.isatty()
+    total_steps = args.num_iterations * args.batch_size
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
     if on_terminal:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[stats]}"),
-            TimeRemainingColumn(),
-        )
-        progress_task = progress.add_task(
-            args.exp_name, total=args.num_iterations * args.batch_size, completed=global_step, stats=""
-        )
+        description, stats = TextColumn("[bold]{task.description}"), TextColumn("{task.fields[stats]}")
+        progress = Progress(description, BarColumn(), MofNCompleteColumn(), stats, TimeRemainingColumn())
+        progress_task = progress.add_task(args.exp_name, total=total_steps, completed=global_step, stats="")
         progress.start()
     start_time, start_step = time.time(), global_step
 
     for iteration in range(start_iteration, args.num_iterations + 1):
-        # Annealing the rate if instructed to do so.
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
@@ -551,7 +451,6 @@ if __name__ == "__main__":
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
-
             action = sample_actions(next_obs, actor_weights, action_std, action_rng)
             actions[step] = action
 
@@ -572,16 +471,14 @@ if __name__ == "__main__":
                     writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                     writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
 
-        # flatten the batch
         b_obs = torch.as_tensor(obs.reshape((-1,) + envs.single_observation_space.shape), device=device)
         b_actions = torch.as_tensor(actions.reshape((-1,) + envs.single_action_space.shape), device=device)
-        # acting did not need them, so the log-probabilities of the rollout policy and the values come from one
-        # batched pass over the whole rollout, with the unperturbed mean the rollout acted with
+        # acting did not need them: log-probabilities and values in one pass, with the unperturbed mean the rollout acted with
         with torch.no_grad():
             b_logprobs, _, b_values = agent.evaluate_actions(b_obs, b_actions)
-            last_value = agent.get_value(torch.as_tensor(next_obs, device=device)).cpu().numpy()
+            last_value = agent.critic(torch.as_tensor(next_obs, device=device)).cpu().numpy()
             # a truncated episode is not over for the agent: it bootstraps from the value of its real last observation
-            final_values = agent.get_value(torch.as_tensor(final_obs, device=device).flatten(0, 1)).cpu().numpy()
+            final_values = agent.critic(torch.as_tensor(final_obs, device=device).flatten(0, 1)).cpu().numpy()
         values = b_values.cpu().numpy().reshape(args.num_steps, args.num_envs)
         final_values = final_values.reshape(args.num_steps, args.num_envs)
         advantages, returns = compute_gae(
@@ -590,14 +487,12 @@ if __name__ == "__main__":
         b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
         b_returns = torch.as_tensor(returns.reshape(-1), device=device)
 
-        # Optimizing the policy and value network
         clipfracs = torch.zeros((), device=device)  # summed on the device: no synchronising .item() per minibatch
         num_updates = 0
         for epoch in range(args.update_epochs):
             b_inds = torch.randperm(args.batch_size, device=device)
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb_inds = b_inds[start : start + args.minibatch_size]
-
                 # RPO: the new log-probabilities come from the perturbed policy
                 newlogprob, entropy, newvalue = agent.evaluate_actions(b_obs[mb_inds], b_actions[mb_inds], args.rpo_alpha)
                 logratio = newlogprob - b_logprobs[mb_inds]
@@ -614,18 +509,15 @@ if __name__ == "__main__":
                 if args.norm_adv:
                     mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
-                # Policy loss
                 pg_loss1 = -mb_advantages * ratio
                 pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
                 pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
-                # Value loss
                 if args.clip_vloss:
                     v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
                     v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
                     v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                    v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
-                    v_loss = 0.5 * v_loss_max.mean()
+                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
                 else:
                     v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
 
@@ -659,7 +551,7 @@ if __name__ == "__main__":
         if on_terminal:
             progress.update(progress_task, completed=global_step, stats=f"{sps} SPS, {recent}")
         elif iteration % max(1, args.num_iterations // 20) == 0 or iteration == args.num_iterations:
-            print(f"step {global_step}/{args.num_iterations * args.batch_size}, {sps} SPS, {recent}", flush=True)
+            print(f"step {global_step}/{total_steps}, {sps} SPS, {recent}", flush=True)
 
         interval = args.checkpoint_interval
         if (interval and global_step // interval > (global_step - args.batch_size) // interval) or stop_requested.is_set():
@@ -678,42 +570,26 @@ if __name__ == "__main__":
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         # the observation statistics belong to the policy: evaluation normalizes with them, frozen
-        obs_normalization = {
-            "mean": torch.as_tensor(obs_rms.mean),
-            "var": torch.as_tensor(obs_rms.var),
-            "count": float(obs_rms.count),
-            "epsilon": NORM_EPSILON,
-            "clip": OBS_CLIP,
-        }
-        torch.save(
-            {"model_weights": agent.state_dict(), "obs_normalization": obs_normalization, "args": vars(args)}, model_path
-        )
+        obs_stats = {"mean": torch.as_tensor(obs_rms.mean), "var": torch.as_tensor(obs_rms.var), "count": float(obs_rms.count)}
+        obs_stats.update(epsilon=NORM_EPSILON, clip=OBS_CLIP)
+        torch.save({"model_weights": agent.state_dict(), "obs_normalization": obs_stats, "args": vars(args)}, model_path)
         print(f"model saved to {model_path}")
         from cleanrl_utils.evals.ppo_continuous_action_eval import evaluate
 
-        episodic_returns = evaluate(
-            model_path,
-            make_env,
-            args.env_id,
-            eval_episodes=10,
-            run_name=f"{run_name}-eval",
-            Model=Agent,
-            device=device,
-            capture_video=args.capture_video,
-            seed=args.seed + 100_000,
+        # 10 episodes, with seeds apart from training's
+        eval_returns = evaluate(
+            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Agent, device, args.capture_video, args.seed + 100_000
         )
-        for idx, episodic_return in enumerate(episodic_returns):
+        for idx, episodic_return in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(
-            f"evaluation over {len(episodic_returns)} episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}"
-        )
+        print(f"evaluation over {len(eval_returns)} episodes: {np.mean(eval_returns):.1f} +- {np.std(eval_returns):.1f}")
 
     envs.close()
     writer.close()
     if args.upload_model:  # after the envs close, so the last videos are complete
         from cleanrl_utils.huggingface import push
 
-        push(run_dir, episodic_returns, hf_repo_id, command=shlex.join(["python", *sys.argv]))
+        push(run_dir, eval_returns, hf_repo_id, command=shlex.join(["python", *sys.argv]))
     if args.track and args.capture_video:
         for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
             wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})

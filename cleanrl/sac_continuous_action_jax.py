@@ -15,6 +15,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import cloudpickle
 import flax
@@ -26,10 +27,10 @@ import numpy as np
 import optax
 import tyro
 from flax.training import train_state
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from torch.utils.tensorboard import SummaryWriter
 
-# MuJoCo renders videos through OpenGL, and reads MUJOCO_GL once, when it is first imported. Without a display,
-# EGL renders off-screen (Debian/Ubuntu packages libegl1 and libegl-mesa0); a MUJOCO_GL of your own always wins
+# MuJoCo reads MUJOCO_GL once, on import: without a display, EGL renders videos off-screen (your own MUJOCO_GL wins)
 HEADLESS = sys.platform.startswith("linux") and not os.environ.get("DISPLAY")
 if HEADLESS and "MUJOCO_GL" not in os.environ and ctypes.util.find_library("EGL"):
     os.environ["MUJOCO_GL"] = "egl"
@@ -95,14 +96,12 @@ class Args:
 
 
 def fail(message: str):
-    """Bad input ends with one line on stderr and exit code 2, before any heavy work."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
 def register_env(env_id):
-    """Make `env_id` known to gym.make: shimmy registers the DeepMind Control tasks (imported only when asked for),
-    and a user's `module:EnvName-v0` registers itself when its module is imported."""
+    """Make `env_id` known to gym.make: import a user's `module:EnvName-v0` module, and shimmy for dm_control tasks."""
     module, _, registered_id = env_id.rpartition(":")
     if module:
         importlib.import_module(module)
@@ -123,8 +122,7 @@ def make_env(env_id, idx, capture_video, run_name):
             env = gym.make(env_id)
         if isinstance(env.observation_space, gym.spaces.Dict):  # dm_control observes a dict of arrays
             env = gym.wrappers.FlattenObservation(env)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
-        return env
+        return gym.wrappers.RecordEpisodeStatistics(env)
 
     return thunk
 
@@ -138,8 +136,7 @@ class SoftQNetwork(nn.Module):
         return nn.Dense(1, name="fc3")(x).squeeze(-1)  # (batch,), as rewards are: never broadcast (batch, 1)
 
 
-LOG_STD_MAX = 2
-LOG_STD_MIN = -5
+LOG_STD_MAX, LOG_STD_MIN = 2, -5
 
 
 class Actor(nn.Module):
@@ -159,9 +156,7 @@ class Actor(nn.Module):
         return mean, log_std
 
     def get_action(self, x, key):
-        """A sampled action (differentiable: the reparameterization trick, noise drawn with `key`), its
-        log-probability, and the deterministic action tanh(mean) that evaluation plays.
-        Called as actor.apply(params, x, key, method=Actor.get_action)."""
+        """A reparameterized (differentiable) sample drawn with `key`, its log-probability, and tanh(mean) for evaluation."""
         mean, log_std = self(x)
         u = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
         action = jnp.tanh(u) * self.action_scale + self.action_bias
@@ -170,49 +165,42 @@ class Actor(nn.Module):
 
 
 def rescaled_actor(Model, action_space):
-    """An actor whose tanh output lands on the bounds of `action_space` (a Box)."""
     high, low = action_space.high.flatten(), action_space.low.flatten()
-    return Model(
-        action_dim=int(np.prod(action_space.shape)),
-        action_scale=jnp.asarray((high - low) / 2.0, dtype=jnp.float32),
-        action_bias=jnp.asarray((high + low) / 2.0, dtype=jnp.float32),
-    )
+    scale, bias = jnp.asarray((high - low) / 2.0, dtype=jnp.float32), jnp.asarray((high + low) / 2.0, dtype=jnp.float32)
+    return Model(action_dim=int(np.prod(action_space.shape)), action_scale=scale, action_bias=bias)
 
 
 def squashed_gaussian_log_prob(u, mean, log_std, action_scale, eps=1e-6):
-    """log-density of the action a = tanh(u) * action_scale + action_bias, u ~ N(mean, exp(log_std)^2) per dimension:
-    by the change of variables, log N(u) - sum log |da/du| = log N(u) - sum log(action_scale * (1 - tanh(u)^2)),
-    with eps keeping the log finite where tanh saturates. Summed over the action dimensions: shape (batch,)."""
+    """log-density of a = tanh(u) * action_scale + action_bias, u ~ N(mean, exp(log_std)^2), by the change of variables:
+    log N(u) - sum log(action_scale * (1 - tanh(u)^2)); eps keeps the log finite where tanh saturates. Shape (batch,)."""
     log_normal = -0.5 * ((u - mean) / jnp.exp(log_std)) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
     log_det_jacobian = jnp.log(action_scale * (1 - jnp.tanh(u) ** 2) + eps)
     return (log_normal - log_det_jacobian).sum(1)
 
 
 def soft_td_target(rewards, terminations, next_q1, next_q2, next_log_pi, alpha, gamma):
-    """r + gamma * (min(Q1', Q2') - alpha * log pi(a'|s')), with a' ~ pi(s'), and no bootstrap where the episode
-    terminated. A time-limit truncation is stored as not terminated, so it still bootstraps from its real last
-    observation."""
+    """r + gamma * (min(Q1', Q2') - alpha * log pi(a'|s')), a' ~ pi(s'); no bootstrap where the episode terminated."""
     return rewards + gamma * (1.0 - terminations) * (jnp.minimum(next_q1, next_q2) - alpha * next_log_pi)
 
 
 class TrainState(train_state.TrainState):
     target_params: flax.core.FrozenDict  # the target network's parameters travel with the online ones (the critics')
 
+    def soft_update(self, tau):  # target += tau * (online - target)
+        return self.replace(target_params=optax.incremental_update(self.params, self.target_params, tau))
+
 
 def real_next_observations(next_obs, infos):
-    """Where an episode ended, next_obs is already the next episode's first observation: the transition's real
-    next observation is in infos["final_obs"]."""
+    """Where an episode ended, next_obs is already the next episode's first one: the real one is infos["final_obs"]."""
     real_next_obs = next_obs.copy()
     if "final_obs" in infos:
-        ended = infos["_final_obs"]
-        real_next_obs[ended] = np.stack(infos["final_obs"][ended])
+        real_next_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
     return real_next_obs
 
 
 class ReplayBuffer:
-    """A ring buffer of transitions, each one row [obs, action, real next obs, reward, terminated] of a preallocated
-    float32 array: cheap to add to every step, and a batch is one fancy index and one transfer to the device, split
-    into its fields inside the jitted update."""
+    """A ring buffer of transitions, rows [obs, action, real next obs, reward, terminated] of one float32 array: cheap
+    to add to, and a batch is one fancy index and one transfer to the device, split by `fields` inside the update."""
 
     def __init__(self, buffer_size, obs_dim, action_dim):
         self.data = np.zeros((buffer_size, 2 * obs_dim + action_dim + 2), dtype=np.float32)
@@ -220,7 +208,6 @@ class ReplayBuffer:
         self.buffer_size, self.pos, self.full = buffer_size, 0, False
 
     def add(self, obs, next_obs, actions, rewards, terminations):
-        """One vector step: a transition per environment."""
         n = len(obs)
         rows = [obs.reshape(n, -1), actions.reshape(n, -1), next_obs.reshape(n, -1), rewards[:, None], terminations[:, None]]
         self.data[(self.pos + np.arange(n)) % self.buffer_size] = np.concatenate(rows, axis=1)
@@ -236,7 +223,6 @@ class ReplayBuffer:
         return rows[:, :o], rows[:, o : o + a], rows[:, o + a : 2 * o + a], rows[:, -2], rows[:, -1]
 
     def sample(self, batch_size):
-        """`batch_size` random rows; `fields` splits them."""
         return self.data[np.random.randint(0, len(self), size=batch_size)]
 
     def state_dict(self):
@@ -248,21 +234,17 @@ class ReplayBuffer:
 
 
 def mujoco_state(env):
-    """The full physics state (mj_getState) and RNG of a Gymnasium MuJoCo env, None for any other env. Those envs
-    pickle as their constructor's arguments (EzPickle), so unpickling alone would restart the simulation."""
-    sim = env.unwrapped
-    mujoco = sys.modules.get("mujoco")
+    """A MuJoCo env's physics state and RNG (None for other envs): it pickles as its constructor's arguments (EzPickle)."""
+    sim, mujoco = env.unwrapped, sys.modules.get("mujoco")
     if mujoco is None or not isinstance(getattr(sim, "data", None), mujoco.MjData):
         return None
-    spec = mujoco.mjtState.mjSTATE_INTEGRATION
-    state = np.empty(mujoco.mj_stateSize(sim.model, spec))
-    mujoco.mj_getState(sim.model, sim.data, state, spec)
+    state = np.empty(mujoco.mj_stateSize(sim.model, mujoco.mjtState.mjSTATE_INTEGRATION))
+    mujoco.mj_getState(sim.model, sim.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
     return state, sim.np_random
 
 
 def pickle_envs(envs):
-    """The sub-environments of a vector env, pickled with their RNGs, time limits, episode statistics and MuJoCo
-    physics; None where they cannot be (e.g. a renderer's window handle while recording video)."""
+    """The sub-environments mid-episode, or None where they cannot be pickled (a video recorder's renderer)."""
     try:
         return cloudpickle.dumps([(env, mujoco_state(env)) for env in envs.envs])
     except (pickle.PicklingError, TypeError):
@@ -275,19 +257,10 @@ def unpickle_envs(blob):
         if state is not None:
             import mujoco
 
-            sim = env.unwrapped
-            mujoco.mj_setState(sim.model, sim.data, state[0], mujoco.mjtState.mjSTATE_INTEGRATION)
-            sim.np_random = state[1]
+            mujoco.mj_setState(env.unwrapped.model, env.unwrapped.data, state[0], mujoco.mjtState.mjSTATE_INTEGRATION)
+            env.unwrapped.np_random = state[1]
         envs.append(env)
     return envs
-
-
-def atomic_save(obj, path):
-    """A reader (or a resumed run) sees the old file or the new one, never a half-written one."""
-    tmp_path = f"{path}.tmp"
-    with open(tmp_path, "wb") as f:
-        pickle.dump(obj, f)
-    os.replace(tmp_path, path)
 
 
 if __name__ == "__main__":
@@ -302,21 +275,17 @@ if __name__ == "__main__":
         # the saved run's Args are the defaults; flags given now (e.g. a larger --total-timesteps) override them
         args = tyro.cli(Args, default=Args(**checkpoint["args"]))
 
-    for flag in ["total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_frequency", "target_network_frequency"]:
-        if getattr(args, flag) <= 0:
+    frequencies = ["policy_frequency", "target_network_frequency"]
+    for flag in ["total_timesteps", "num_envs", "buffer_size", "batch_size", *frequencies, "policy_lr", "q_lr"]:
+        if not getattr(args, flag) > 0:  # `not >`: a NaN fails too
             fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    for flag in ["checkpoint_interval", "learning_starts"]:
-        if getattr(args, flag) < 0:
+    for flag in ["checkpoint_interval", "learning_starts", "alpha"]:
+        if not getattr(args, flag) >= 0:
             fail(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
-    for flag in ["policy_lr", "q_lr"]:
-        if not getattr(args, flag) > 0:
-            fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     if not 0.0 < args.tau <= 1.0:
         fail(f"--tau must be in (0, 1], got {args.tau}")
     if not 0.0 <= args.gamma <= 1.0:
         fail(f"--gamma must be in [0, 1], got {args.gamma}")
-    if not args.alpha >= 0:
-        fail(f"--alpha must be >= 0, got {args.alpha}")
     if args.batch_size > args.buffer_size:
         fail(f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
     try:
@@ -340,43 +309,35 @@ if __name__ == "__main__":
         except ValueError as e:
             fail(f"--upload-model: {e}")
 
-    if checkpoint is None:
-        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = f"runs/{run_name}"
-    else:
-        run_name, run_dir = checkpoint["run_name"], args.resume.rstrip("/")
+    run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
 
-    # seeding: numpy draws the replay batches, the action space the warm-up's random actions, and JAX's key (carried
-    # through the jitted functions) the policy's samples
+    # seeding: numpy draws the replay batches, the action space the warm-up's random actions, JAX's key the policy's samples
     random.seed(args.seed)
     np.random.seed(args.seed)
     key = jax.random.PRNGKey(args.seed)
     device = jax.devices()[0].platform  # JAX picks its device itself: a GPU when jax[cuda] is installed and sees one
 
     # env setup: SAME_STEP autoreset returns the reset observation at once and the real last one in infos["final_obs"]
-    if checkpoint is not None and checkpoint["envs"] is not None:
+    envs_restored = checkpoint is not None and checkpoint["envs"] is not None  # mid-episode, as they were saved
+    if envs_restored:
         env_fns = [lambda env=env: env for env in unpickle_envs(checkpoint["envs"])]
     else:
         env_fns = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
     envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     action_space = envs.single_action_space
-    if isinstance(action_space, gym.spaces.Discrete):
-        fail(
-            f"--env-id {args.env_id} has a Discrete action space; sac_continuous_action_jax.py needs a Box one "
-            "(use dqn_jax.py or dqn.py)"
-        )
     if not isinstance(action_space, gym.spaces.Box):
-        fail(f"--env-id {args.env_id} has a {action_space} action space; sac_continuous_action_jax.py needs a Box one")
+        discrete = isinstance(action_space, gym.spaces.Discrete)
+        space, hint = ("Discrete", " (use dqn_jax.py or dqn.py)") if discrete else (action_space, "")
+        fail(f"--env-id {args.env_id} has a {space} action space; sac_continuous_action_jax.py needs a Box one{hint}")
     if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
-        fail(
-            f"--env-id {args.env_id} has unbounded actions ({action_space}); the actor's tanh is rescaled onto the "
-            "action bounds, so they must be finite"
-        )
+        why = "the actor's tanh is rescaled onto the action bounds, so they must be finite"
+        fail(f"--env-id {args.env_id} has unbounded actions ({action_space}); {why}")
     if not isinstance(envs.single_observation_space, gym.spaces.Box):
+        space = type(envs.single_observation_space).__name__
         fail(
-            f"--env-id {args.env_id} has a {type(envs.single_observation_space).__name__} observation space; "
-            "sac_continuous_action_jax.py's MLP needs a Box one (wrap the env, e.g. with "
-            "gymnasium.wrappers.FlattenObservation)"
+            f"--env-id {args.env_id} has a {space} observation space; sac_continuous_action_jax.py's MLP needs a Box one "
+            "(wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)"
         )
 
     os.makedirs(run_dir, exist_ok=True)
@@ -391,18 +352,15 @@ if __name__ == "__main__":
 
     def create_train_states(key):
         key, actor_key, qf1_key, qf2_key = jax.random.split(key, 4)
-        actor_state = train_state.TrainState.create(
-            apply_fn=actor.apply, params=actor.init(actor_key, dummy_obs), tx=optax.adam(args.policy_lr)
-        )
+        actor_params = actor.init(actor_key, dummy_obs)
         qf_params = {"qf1": qf.init(qf1_key, dummy_obs, dummy_actions), "qf2": qf.init(qf2_key, dummy_obs, dummy_actions)}
-        # one optimizer over both critics, as their losses are summed
+        actor_state = train_state.TrainState.create(apply_fn=actor.apply, params=actor_params, tx=optax.adam(args.policy_lr))
+        # one optimizer state over both critics, as their losses are summed
         qf_state = TrainState.create(apply_fn=qf.apply, params=qf_params, target_params=qf_params, tx=optax.adam(args.q_lr))
-        # automatic entropy tuning: log_alpha is a parameter of its own, with its own Adam
-        alpha_state = None
+        alpha_state = None  # automatic entropy tuning: log_alpha is a parameter of its own, with its own Adam
         if args.autotune:
-            alpha_state = train_state.TrainState.create(
-                apply_fn=None, params={"log_alpha": jnp.zeros(())}, tx=optax.adam(args.q_lr)
-            )
+            alpha_params = {"log_alpha": jnp.zeros(())}
+            alpha_state = train_state.TrainState.create(apply_fn=None, params=alpha_params, tx=optax.adam(args.q_lr))
         return actor_state, qf_state, alpha_state, key
 
     # one compiled call: run op by op, the initialization would compile each of its operations on its own
@@ -416,28 +374,21 @@ if __name__ == "__main__":
 
     @jax.jit
     def act(actor_params, obs, key):
-        """An action sampled from the policy; and the next key."""
         key, sample_key = jax.random.split(key)
         actions, _, _ = actor.apply(actor_params, obs, sample_key, method=Actor.get_action)
         return actions, key
 
-    # One compiled call per training step: the critics' step; every policy_frequency steps (update_actor) as many
-    # policy and entropy steps; every target_network_frequency steps (update_target) the targets'. lax.cond runs one
-    # branch or the other; XLA compiles both, once
+    # One compiled call per training step: the critics' step; every policy_frequency steps (update_actor) as many policy
+    # and entropy steps, every target_network_frequency steps (update_target) the targets'; lax.cond compiles both branches
     @jax.jit
     def update(actor_state, qf_state, alpha_state, rows, key, update_actor, update_target):
         b_obs, b_actions, b_next_obs, b_rewards, b_terminations = rb.fields(rows)
         key, next_key = jax.random.split(key)
         next_actions, next_log_pi, _ = actor.apply(actor_state.params, b_next_obs, next_key, method=Actor.get_action)
-        next_q_value = soft_td_target(
-            b_rewards,
-            b_terminations,
-            qf.apply(qf_state.target_params["qf1"], b_next_obs, next_actions),
-            qf.apply(qf_state.target_params["qf2"], b_next_obs, next_actions),
-            next_log_pi,
-            current_alpha(alpha_state),
-            args.gamma,
-        )
+        next_q1 = qf.apply(qf_state.target_params["qf1"], b_next_obs, next_actions)
+        next_q2 = qf.apply(qf_state.target_params["qf2"], b_next_obs, next_actions)
+        alpha = current_alpha(alpha_state)
+        next_q_value = soft_td_target(b_rewards, b_terminations, next_q1, next_q2, next_log_pi, alpha, args.gamma)
 
         def qf_loss_fn(params):
             qf1_a_values = qf.apply(params["qf1"], b_obs, b_actions)
@@ -446,30 +397,22 @@ if __name__ == "__main__":
             qf2_loss = ((qf2_a_values - next_q_value) ** 2).mean()
             return qf1_loss + qf2_loss, (qf1_loss, qf2_loss, qf1_a_values.mean(), qf2_a_values.mean())
 
-        (qf_loss, (qf1_loss, qf2_loss, qf1_values, qf2_values)), grads = jax.value_and_grad(qf_loss_fn, has_aux=True)(
-            qf_state.params
-        )
+        qf_grad_fn = jax.value_and_grad(qf_loss_fn, has_aux=True)
+        (qf_loss, (qf1_loss, qf2_loss, qf1_values, qf2_values)), grads = qf_grad_fn(qf_state.params)
         qf_state = qf_state.apply_gradients(grads=grads)
-        metrics = {"qf1_values": qf1_values, "qf2_values": qf2_values, "qf1_loss": qf1_loss, "qf2_loss": qf2_loss}
-        metrics["qf_loss"] = qf_loss / 2.0
 
         def policy_step(_, carry):
-            actor_state, alpha_state, key, _, _ = carry
+            actor_state, alpha_state, key, _, alpha_loss = carry  # alpha_loss stays NaN when alpha is not tuned
             key, sample_key = jax.random.split(key)
-            alpha = current_alpha(alpha_state)
 
             # differentiated with respect to the actor's parameters only: XLA drops the critics' weight gradients
             def actor_loss_fn(params):
                 pi, log_pi, _ = actor.apply(params, b_obs, sample_key, method=Actor.get_action)
-                min_qf_pi = jnp.minimum(
-                    qf.apply(qf_state.params["qf1"], b_obs, pi), qf.apply(qf_state.params["qf2"], b_obs, pi)
-                )
-                return (alpha * log_pi - min_qf_pi).mean(), log_pi
+                qf1_pi, qf2_pi = (qf.apply(qf_state.params[name], b_obs, pi) for name in ["qf1", "qf2"])
+                return (current_alpha(alpha_state) * log_pi - jnp.minimum(qf1_pi, qf2_pi)).mean(), log_pi
 
             (actor_loss, log_pi), grads = jax.value_and_grad(actor_loss_fn, has_aux=True)(actor_state.params)
             actor_state = actor_state.apply_gradients(grads=grads)
-
-            alpha_loss = jnp.float32(jnp.nan)
             if args.autotune:
                 # log_pi of the same sample, a constant here: no second forward pass of the actor
                 def alpha_loss_fn(params):
@@ -479,38 +422,21 @@ if __name__ == "__main__":
                 alpha_state = alpha_state.apply_gradients(grads=grads)
             return actor_state, alpha_state, key, actor_loss, alpha_loss
 
-        def policy_steps(actor_state, alpha_state, key):
-            # as many policy steps as were delayed, so the policy gets one per critic step
-            carry = (actor_state, alpha_state, key, jnp.float32(jnp.nan), jnp.float32(jnp.nan))
-            return jax.lax.fori_loop(0, args.policy_frequency, policy_step, carry)
-
-        def no_policy_step(actor_state, alpha_state, key):
-            return actor_state, alpha_state, key, jnp.float32(jnp.nan), jnp.float32(jnp.nan)
-
-        # TD3-style delayed update
-        actor_state, alpha_state, key, actor_loss, alpha_loss = jax.lax.cond(
-            update_actor, policy_steps, no_policy_step, actor_state, alpha_state, key
-        )
-        metrics.update(actor_loss=actor_loss, alpha_loss=alpha_loss)
-
-        # update the target networks: target += tau * (online - target)
-        target_params = jax.lax.cond(
-            update_target,
-            lambda: optax.incremental_update(qf_state.params, qf_state.target_params, args.tau),
-            lambda: qf_state.target_params,
-        )
-        qf_state = qf_state.replace(target_params=target_params)
-        metrics["alpha"] = current_alpha(alpha_state)
+        # TD3-style delayed update, with as many policy steps as were delayed (one per critic step); else NaN losses
+        policy_steps = partial(jax.lax.fori_loop, 0, args.policy_frequency, policy_step)
+        carry = (actor_state, alpha_state, key, jnp.float32(jnp.nan), jnp.float32(jnp.nan))
+        carry = jax.lax.cond(update_actor, policy_steps, lambda carry: carry, carry)
+        actor_state, alpha_state, key, actor_loss, alpha_loss = carry
+        qf_state = jax.lax.cond(update_target, lambda: qf_state.soft_update(args.tau), lambda: qf_state)
+        metrics = {"qf1_values": qf1_values, "qf2_values": qf2_values, "qf1_loss": qf1_loss, "qf2_loss": qf2_loss}
+        metrics.update(qf_loss=qf_loss / 2.0, actor_loss=actor_loss, alpha_loss=alpha_loss, alpha=current_alpha(alpha_state))
         return actor_state, qf_state, alpha_state, key, metrics
 
     num_iterations = args.total_timesteps // args.num_envs  # vector steps
-    global_step, start_iteration = 0, 1
+    global_step, start_iteration, wandb_run_id = 0, 1, None
     # updates start after this many steps: learning_starts, or as many again after a resume without the buffer
     updates_start = args.learning_starts
-    if checkpoint is None:
-        obs, _ = envs.reset(seed=args.seed)
-        wandb_run_id = None
-    else:
+    if checkpoint is not None:
         actor_state = flax.serialization.from_state_dict(actor_state, checkpoint["actor_state"])
         qf_state = flax.serialization.from_state_dict(qf_state, checkpoint["qf_state"])
         if args.autotune and checkpoint["alpha_state"] is not None:
@@ -518,77 +444,57 @@ if __name__ == "__main__":
         key = jnp.asarray(checkpoint["key"])
         global_step, start_iteration = checkpoint["global_step"], checkpoint["iteration"] + 1
         if checkpoint["replay_buffer"] is not None:
-            if checkpoint["args"]["buffer_size"] != args.buffer_size:
-                saved_size = checkpoint["args"]["buffer_size"]
+            if (saved_size := checkpoint["args"]["buffer_size"]) != args.buffer_size:
                 fail(f"--buffer-size {args.buffer_size}: the checkpoint's replay buffer has size {saved_size}; keep it")
             rb.load_state_dict(checkpoint["replay_buffer"])
             updates_start = checkpoint["updates_start"]
         else:
             updates_start = global_step + args.learning_starts
-            print(
-                f"the checkpoint holds no replay buffer (--checkpoint-buffer was off): refilling it with the policy "
-                f"for {args.learning_starts} steps, learning again after step {updates_start}",
-                file=sys.stderr,
-            )
+            message = "the checkpoint holds no replay buffer (--checkpoint-buffer was off): refilling it with the policy"
+            print(f"{message} for {args.learning_starts} steps, learning again after step {updates_start}", file=sys.stderr)
         random.setstate(checkpoint["rng"]["python"])
         np.random.set_state(checkpoint["rng"]["numpy"])
         envs.action_space.np_random.bit_generator.state = checkpoint["rng"]["action_space"]
-        if checkpoint["envs"] is not None:
-            obs = checkpoint["obs"]
-        else:
-            print(
-                "warning: the checkpoint holds no env state (it could not be pickled); starting new episodes", file=sys.stderr
-            )
-            obs, _ = envs.reset(seed=args.seed + global_step)
         wandb_run_id = checkpoint["wandb_run_id"]
+    if checkpoint is not None and not envs_restored:
+        print("warning: the checkpoint holds no env state (it could not be pickled); starting new episodes", file=sys.stderr)
+    obs = checkpoint["obs"] if envs_restored else envs.reset(seed=args.seed + global_step)[0]
 
     if args.track:
         import wandb
 
-        wandb_run = wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            id=wandb_run_id,  # None starts a new W&B run; a resumed run appends to its own
-            resume="allow",
-            save_code=True,
-        )
-        wandb_run_id = wandb_run.id
+        tracking = {"project": args.wandb_project_name, "entity": args.wandb_entity, "name": run_name, "config": vars(args)}
+        # id=None starts a new W&B run; a resumed run appends to its own
+        wandb_run_id = wandb.init(**tracking, id=wandb_run_id, resume="allow", sync_tensorboard=True, save_code=True).id
     # on resume, purge_step hides whatever the killed run logged after its last checkpoint: no step repeats
     writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
     if checkpoint is None:
-        writer.add_text(
-            "hyperparameters",
-            "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in vars(args).items()),
-        )
+        table = "\n".join(f"|{name}|{value}|" for name, value in vars(args).items())
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + table)
 
     def save_checkpoint(iteration):
+        action_space_rng = envs.action_space.np_random.bit_generator  # the warm-up's random actions
         state = {
             "args": asdict(args),
             "run_name": run_name,
             "iteration": iteration,
             "global_step": global_step,
             "updates_start": updates_start,
-            # step, params, target params and optimizer state as nested dicts of numpy arrays (flax's state dict)
+            # flax's state dicts (nested dicts of numpy arrays) and plain counters: the checkpoint loads without this script
             "actor_state": jax.device_get(flax.serialization.to_state_dict(actor_state)),
             "qf_state": jax.device_get(flax.serialization.to_state_dict(qf_state)),
-            # log_alpha (in its params) and its optimizer state; None when not autotuned
             "alpha_state": jax.device_get(flax.serialization.to_state_dict(alpha_state)) if args.autotune else None,
             "key": jax.device_get(key),
-            # plain arrays and counters: the checkpoint loads without this script
             "replay_buffer": rb.state_dict() if args.checkpoint_buffer else None,
-            "rng": {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "action_space": envs.action_space.np_random.bit_generator.state,
-            },
+            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "action_space": action_space_rng.state},
             "envs": pickle_envs(envs),
             "obs": obs,
             "wandb_run_id": wandb_run_id,
         }
-        atomic_save(state, os.path.join(run_dir, "checkpoint.pkl"))
+        path = os.path.join(run_dir, "checkpoint.pkl")
+        with open(f"{path}.tmp", "wb") as f:  # then a rename: a resumed run never reads a half-written checkpoint
+            pickle.dump(state, f)
+        os.replace(f"{path}.tmp", path)
 
     # Slurm and spot instances send SIGTERM before killing: finish the step, checkpoint, exit non-zero
     stop_requested = threading.Event()
@@ -597,18 +503,10 @@ if __name__ == "__main__":
     recent_returns = deque(maxlen=20)
     on_terminal = sys.stdout.isatty()
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    if on_terminal:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[stats]}"),
-            TimeRemainingColumn(),
-        )
-        progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
-        progress.start()
+    columns = [BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"), TimeRemainingColumn()]
+    progress = Progress(TextColumn("[bold]{task.description}"), *columns, disable=not on_terminal)  # a no-op off a terminal
+    progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
+    progress.start()
     report_every = max(1, num_iterations // 20)
     start_time, start_step = time.time(), global_step
     actor_loss = alpha_loss = None
@@ -620,7 +518,6 @@ if __name__ == "__main__":
         else:
             actions, key = act(actor_state.params, np.asarray(obs, dtype=np.float32), key)
             actions = np.asarray(actions).reshape(envs.action_space.shape)
-
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
 
         if "final_info" in infos:
@@ -634,7 +531,6 @@ if __name__ == "__main__":
         rb.add(obs, real_next_observations(next_obs, infos), actions, rewards, terminations)
         obs = next_obs
 
-        # training
         if global_step > updates_start:
             update_actor = iteration % args.policy_frequency == 0
             update_target = iteration % args.target_network_frequency == 0
@@ -642,43 +538,36 @@ if __name__ == "__main__":
                 actor_state, qf_state, alpha_state, rb.sample(args.batch_size), key, update_actor, update_target
             )
             if update_actor:
-                actor_loss = metrics["actor_loss"]
-                if args.autotune:
-                    alpha_loss = metrics["alpha_loss"]
+                actor_loss, alpha_loss = metrics["actor_loss"], (metrics["alpha_loss"] if args.autotune else None)
 
             if iteration % 100 == 0:  # float() waits for the computation: only when logging
-                for name in ["qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss"]:
-                    writer.add_scalar(f"losses/{name}", float(metrics[name]), global_step)
-                if actor_loss is not None:
-                    writer.add_scalar("losses/actor_loss", float(actor_loss), global_step)
-                writer.add_scalar("losses/alpha", float(metrics["alpha"]), global_step)
-                if alpha_loss is not None:
-                    writer.add_scalar("losses/alpha_loss", float(alpha_loss), global_step)
+                losses = {name: metrics[name] for name in ["qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss"]}
+                losses.update(actor_loss=actor_loss, alpha=metrics["alpha"], alpha_loss=alpha_loss)
+                for name, value in losses.items():
+                    if value is not None:  # the actor's losses once it has taken a step (alpha's when autotuned)
+                        writer.add_scalar(f"losses/{name}", float(value), global_step)
                 writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
 
         if iteration % report_every == 0 or iteration == num_iterations:
             sps = int((global_step - start_step) / (time.time() - start_time))
             recent = f"return {np.mean(recent_returns):.1f}" if recent_returns else "return -"
-            if on_terminal:
-                progress.update(progress_task, completed=global_step, stats=f"{sps} SPS, {recent}")
-            else:
+            progress.update(progress_task, completed=global_step, stats=f"{sps} SPS, {recent}")
+            if not on_terminal:
                 print(f"step {global_step}/{num_iterations * args.num_envs}, {sps} SPS, {recent}", flush=True)
-        elif on_terminal and iteration % 100 == 0:
+        elif iteration % 100 == 0:
             progress.update(progress_task, completed=global_step)
 
         interval = args.checkpoint_interval
         if (interval and global_step // interval > (global_step - args.num_envs) // interval) or stop_requested.is_set():
             save_checkpoint(iteration)
         if stop_requested.is_set():
-            if on_terminal:
-                progress.stop()
+            progress.stop()
             print(f"SIGTERM at step {global_step}: checkpoint written; continue with --resume {run_dir}", file=sys.stderr)
             envs.close()
             writer.close()
             sys.exit(128 + signal.SIGTERM)
 
-    if on_terminal:
-        progress.stop()
+    progress.stop()
 
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
@@ -688,21 +577,14 @@ if __name__ == "__main__":
         print(f"model saved to {model_path}")
         from cleanrl_utils.evals.sac_jax_eval import evaluate
 
+        # 10 episodes of the deterministic policy, on seeds apart from training's
         episodic_returns = evaluate(
-            model_path,
-            make_env,
-            args.env_id,
-            eval_episodes=10,
-            run_name=f"{run_name}-eval",
-            Model=Actor,
-            capture_video=args.capture_video,
-            seed=args.seed + 100_000,
+            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Actor, args.capture_video, args.seed + 100_000
         )
         for idx, episodic_return in enumerate(episodic_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(
-            f"evaluation over {len(episodic_returns)} episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}"
-        )
+        mean, std = np.mean(episodic_returns), np.std(episodic_returns)
+        print(f"evaluation over {len(episodic_returns)} episodes: {mean:.1f} +- {std:.1f}")
 
     envs.close()
     writer.close()

@@ -1,23 +1,32 @@
-"""The off-policy continuous-control family, cleanrl/ddpg_continuous_action.py, cleanrl/td3_continuous_action.py and
-cleanrl/sac_continuous_action.py: their pure pieces by hand or numerically, action rescaling onto asymmetric bounds,
-the replay buffer across resets and time limits (MuJoCo, dm_control), and for each script smoke, learning, resume
-and bad inputs."""
+"""The off-policy continuous-control family, cleanrl/ddpg_continuous_action.py, td3_continuous_action.py and
+sac_continuous_action.py, and their JAX twins (*_jax.py): their pure pieces by hand, numerically and (JAX) against
+the torch twins, action rescaling onto asymmetric bounds, the replay buffer across resets and time limits (MuJoCo,
+dm_control), the JAX evaluator, and for each script smoke, learning, resume (SIGKILL and SIGTERM) and bad inputs.
 
+A test runs on every script (or on both scripts of one algorithm); what differs between torch and JAX (arrays,
+the actor's parameters, how a batch comes out of the buffer, the checkpoint's file and keys) goes through the
+adapters below, `Torch` and `Jax`."""
+
+import importlib
 import math
+import os
 import pickle
+import runpy
 import signal
+import sys
 import time
 from types import SimpleNamespace
 
 import gymnasium as gym
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
 from helpers import (
+    REPO,
     assert_clean_failure,
     check_killed_run_resumes_to_the_same_weights,
-    check_sigterm_checkpoints_and_resumes,
-    checkpoint_files,
     load_checkpoint,
     load_script,
     only_run_dir,
@@ -27,49 +36,202 @@ from helpers import (
     start_script,
     wait_for,
 )
+from scipy.stats import norm
 
-SCRIPTS = ["ddpg_continuous_action.py", "td3_continuous_action.py", "sac_continuous_action.py"]
+# torch before its JAX twin: the first dm_control task of a session then loads after torch's compiler (see
+# register_env in the torch scripts), as it does in a torch run
+SCRIPTS = [
+    "ddpg_continuous_action.py",
+    "ddpg_continuous_action_jax.py",
+    "td3_continuous_action.py",
+    "td3_continuous_action_jax.py",
+    "sac_continuous_action.py",
+    "sac_continuous_action_jax.py",
+]
 NAMES = [script[: -len(".py")] for script in SCRIPTS]
 CORRIDOR = "off_policy_continuous_env:ContinuousCorridor-v0"  # asymmetric action bounds, exits at 10, time limit 8
+CRITIC_TAGS = ["losses/qf1_values", "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss", "losses/qf_loss"]
 LOSS_TAGS = {
-    "ddpg_continuous_action.py": ["losses/qf1_values", "losses/qf1_loss", "losses/actor_loss"],
-    "td3_continuous_action.py": [
-        *["losses/qf1_values", "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss", "losses/qf_loss"],
-        "losses/actor_loss",
-    ],
-    "sac_continuous_action.py": [
-        *["losses/qf1_values", "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss", "losses/qf_loss"],
-        *["losses/actor_loss", "losses/alpha", "losses/alpha_loss"],
-    ],
+    "ddpg": ["losses/qf1_values", "losses/qf1_loss", "losses/actor_loss"],
+    "td3": [*CRITIC_TAGS, "losses/actor_loss"],
+    "sac": [*CRITIC_TAGS, "losses/actor_loss", "losses/alpha", "losses/alpha_loss"],
 }
 # short runs that train from early on; 32-transition batches keep every update cheap
 SHORT = ["--learning-starts", "200", "--batch-size", "32", "--buffer-size", "2000"]
-# The learning tests' budgets (40-60 s each here). Pendulum-v1 (200-step episodes): random play scores about -1200,
-# a policy that swings up and balances -100 to -300 (a start hanging down costs the most). Over seeds 1-3 the mean of
-# the last 5 episodes was -146 to -217 for ddpg (8,000 steps), -154 to -360 for td3 (8,000 steps) and -151 to -327 for
-# sac (5,000 steps), all learning from step 1,000. Broken on purpose, seed 1 scored: td3 without the bootstrap -1372,
-# sac with the log-prob correction's sign flipped -1597, ddpg's actor descending Q -1804.
+# The learning tests' budgets (40-60 s each here for the torch scripts; 25-55 s for the JAX ones on a quiet machine,
+# 45-100 s on a busy one). Pendulum-v1 (200-step episodes): random play scores about -1200, a policy that swings up
+# and balances -100 to -300 (a start hanging down costs the most). Over seeds 1-3 the mean of the last 5 episodes
+# was, torch / JAX: -146 to -217 / -148 to -182 for ddpg (8,000 steps), -154 to -360 / -147 to -181 for td3 (8,000
+# steps) and -151 to -327 / -151 to -392 for sac (5,000 steps), all learning from step 1,000. Broken on purpose, seed 1
+# scored (torch / JAX): td3 without the bootstrap -1372 / -1499 (--gamma 0), sac with the log-prob correction's sign
+# flipped -1597 / -1597, ddpg's actor descending Q -1804 / -1788.
 LEARNING = {
-    "ddpg_continuous_action.py": (["--total-timesteps", "8000", "--learning-starts", "1000"], -500),
-    "td3_continuous_action.py": (["--total-timesteps", "8000", "--learning-starts", "1000"], -500),
-    "sac_continuous_action.py": (["--total-timesteps", "5000", "--learning-starts", "1000"], -500),
+    "ddpg": (["--total-timesteps", "8000", "--learning-starts", "1000"], -500),
+    "td3": (["--total-timesteps", "8000", "--learning-starts", "1000"], -500),
+    "sac": (["--total-timesteps", "5000", "--learning-starts", "1000"], -500),
 }
 
 
+def algorithm(script):
+    """ddpg, td3 or sac, of a script's file or module name."""
+    return script.split("_")[0]
+
+
+def of(algo):
+    """The torch and the JAX script of one algorithm, as module names."""
+    return [name for name in NAMES if algorithm(name) == algo]
+
+
 def fake_envs(low, high, obs_dim=3):
-    """What the networks read from a vector env: its single observation and action spaces."""
-    action_space = gym.spaces.Box(np.array(low, np.float32), np.array(high, np.float32))
+    """What a torch script's networks read from a vector env: its single observation and action spaces."""
     return SimpleNamespace(
-        single_observation_space=gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32), single_action_space=action_space
+        single_observation_space=gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32), single_action_space=box(low, high)
     )
+
+
+def box(low, high):
+    return gym.spaces.Box(np.array(low, np.float32), np.array(high, np.float32))
+
+
+def np32(*shape, rng):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+# ---------------------------------------------------------------- adapters: what differs between torch and JAX
+
+
+class TorchActor:
+    """A torch script's actor for bounds low, high and 3-dimensional observations; numpy in, numpy out."""
+
+    def __init__(self, script, low, high):
+        torch.manual_seed(0)
+        self.actor = script.Actor(fake_envs(low, high))
+        self.sac = hasattr(self.actor, "get_action")
+        self.last = self.actor.fc_mean if self.sac else self.actor.fc_mu
+
+    @torch.no_grad()
+    def fix_pre_tanh(self, pre_tanh):
+        """Zero the last layer's weights and set its bias: the output before the tanh (SAC: the Gaussian's mean) is
+        `pre_tanh` whatever the observation."""
+        self.last.weight.zero_()
+        self.last.bias.copy_(torch.tensor(pre_tanh, dtype=torch.float32))
+
+    @torch.no_grad()
+    def deterministic(self, obs):
+        """The action evaluation plays: the actor's output (DDPG, TD3), tanh of the Gaussian's mean (SAC), rescaled."""
+        obs = torch.as_tensor(obs)
+        return (self.actor.get_action(obs)[2] if self.sac else self.actor(obs)).numpy()
+
+    @torch.no_grad()
+    def sample(self, obs, seed):
+        """SAC's sampled actions and their log-probabilities, drawn from torch's generator seeded with `seed`."""
+        torch.manual_seed(seed)
+        actions, log_prob, _ = self.actor.get_action(torch.as_tensor(obs))
+        return actions.numpy(), log_prob.numpy()
+
+
+class JaxActor:
+    """A JAX script's actor (flax module and parameters) for bounds low, high and 3-dimensional observations."""
+
+    def __init__(self, script, low, high):
+        self.script, self.sac = script, hasattr(script.Actor, "get_action")
+        self.actor = script.rescaled_actor(script.Actor, box(low, high))
+        self.params = self.actor.init(jax.random.PRNGKey(1), jnp.zeros((1, 3)))
+        self.last = "fc_mean" if self.sac else "fc_mu"
+
+    def fix_pre_tanh(self, pre_tanh):
+        layer = self.params["params"][self.last]
+        layer["kernel"] = jnp.zeros_like(layer["kernel"])
+        layer["bias"] = jnp.broadcast_to(jnp.asarray(pre_tanh, jnp.float32), layer["bias"].shape)
+
+    def deterministic(self, obs):
+        if self.sac:
+            key = jax.random.PRNGKey(2)
+            return np.asarray(self.actor.apply(self.params, obs, key, method=self.script.Actor.get_action)[2])
+        return np.asarray(self.actor.apply(self.params, obs))
+
+    def sample(self, obs, seed):
+        """SAC's sampled actions and their log-probabilities, drawn with the key of `seed`."""
+        key = jax.random.PRNGKey(seed)
+        actions, log_prob, _ = self.actor.apply(self.params, obs, key, method=self.script.Actor.get_action)
+        return np.asarray(actions), np.asarray(log_prob)
+
+
+class Torch:
+    """The torch scripts' side of what the two families do differently."""
+
+    checkpoint = "checkpoint.pt"
+    Actor = TorchActor
+    fixed_alpha_state = ["log_alpha", "a_optimizer"]  # SAC's entropy coefficient in a checkpoint: None unless tuned
+    dqn_scripts = ["dqn.py"]  # where the Discrete-action error sends the user
+    rng_state_shape = tuple(torch.get_rng_state().shape)
+
+    @staticmethod
+    def array(x, dtype=np.float32):
+        return torch.as_tensor(np.asarray(x, dtype))
+
+    @staticmethod
+    def rng_args(seed):
+        """The arguments a pure piece takes for its randomness: none, it draws from torch's generator, seeded here."""
+        torch.manual_seed(seed)
+        return []
+
+    @staticmethod
+    def sample(rb, batch_size):
+        """A batch's fields (obs, actions, next_obs, rewards, terminations) as numpy arrays."""
+        return [field.numpy() for field in rb.sample(batch_size, "cpu")]
+
+    @staticmethod
+    def rng_state(checkpoint):
+        return checkpoint["rng"]["torch"]
+
+
+class Jax:
+    """The JAX scripts' side of what the two families do differently."""
+
+    checkpoint = "checkpoint.pkl"
+    Actor = JaxActor
+    fixed_alpha_state = ["alpha_state"]
+    dqn_scripts = ["dqn_jax.py", "dqn.py"]
+    rng_state_shape = (2,)  # the JAX key travels with the checkpoint
+
+    @staticmethod
+    def array(x, dtype=np.float32):
+        return jnp.asarray(np.asarray(x, dtype))
+
+    @staticmethod
+    def rng_args(seed):
+        return [jax.random.PRNGKey(seed)]
+
+    @staticmethod
+    def sample(rb, batch_size):
+        # a batch is one array of rows, which the jitted update splits with the same fields()
+        rows = rb.sample(batch_size)
+        assert rows.shape == (batch_size, rb.data.shape[1]) and rows.dtype == np.float32
+        return [np.asarray(field) for field in rb.fields(jnp.asarray(rows))]
+
+    @staticmethod
+    def rng_state(checkpoint):
+        return checkpoint["key"]
+
+
+def family(script):
+    """Torch or Jax, for a script's file or module name."""
+    return Jax if script.removesuffix(".py").endswith("_jax") else Torch
+
+
+def checkpoint_of(run_dir, script):
+    """The run's checkpoint, loaded: checkpoint.pt of a torch script, checkpoint.pkl of a JAX one."""
+    return load_checkpoint(run_dir / family(script).checkpoint)
 
 
 # ---------------------------------------------------------------- pure pieces
 
 
-def test_ddpg_target_bootstraps_through_truncation_not_termination():
-    ddpg = load_script("ddpg_continuous_action")
-    next_obs = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+@pytest.mark.parametrize("name", of("ddpg"))
+def test_ddpg_target_bootstraps_through_truncation_not_termination(name):
+    ddpg, xp = load_script(name), family(name)
+    next_obs = xp.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
 
     def target_actor(obs):
         return obs[:, :1] * 0.5
@@ -77,16 +239,17 @@ def test_ddpg_target_bootstraps_through_truncation_not_termination():
     def qf1_target(obs, a):
         return obs.sum(1) + 10 * a.sum(1)
 
-    rewards = torch.tensor([1.0, 2.0, 3.0])
-    terminations = torch.tensor([1.0, 0.0, 0.0])  # the second transition was truncated: it still bootstraps
+    rewards = xp.array([1.0, 2.0, 3.0])
+    terminations = xp.array([1.0, 0.0, 0.0])  # the second transition was truncated: it still bootstraps
     target = ddpg.ddpg_target(rewards, terminations, next_obs, target_actor, qf1_target, gamma=0.9)
     # Q'(s', mu'(s')) = 3 + 10 * 0.5 = 8, 7 + 15 = 22, 11 + 25 = 36
-    torch.testing.assert_close(target, torch.tensor([1.0, 2.0 + 0.9 * 22, 3.0 + 0.9 * 36]))
+    np.testing.assert_allclose(np.asarray(target), [1.0, 2.0 + 0.9 * 22, 3.0 + 0.9 * 36], rtol=1e-6)
 
 
-def test_td3_target_smoothing_noise_is_clipped_then_the_action():
-    td3 = load_script("td3_continuous_action")
-    low, high = torch.tensor([-1.0, 0.0]), torch.tensor([3.0, 0.5])
+@pytest.mark.parametrize("name", of("td3"))
+def test_td3_target_smoothing_noise_is_clipped_then_the_action(name):
+    td3, xp = load_script(name), family(name)
+    low, high = np.array([-1.0, 0.0], np.float32), np.array([3.0, 0.5], np.float32)
     scale = (high - low) / 2  # [2, 0.25]
     n = 4000
     seen = {}
@@ -98,120 +261,206 @@ def test_td3_target_smoothing_noise_is_clipped_then_the_action():
     def qf2_target(obs, a):
         return a.sum(1) - 1.0  # the smaller of the two: clipped double Q must pick it
 
-    def target(mu, policy_noise, noise_clip):
-        torch.manual_seed(0)
-        rewards, terminations = torch.ones(n), torch.zeros(n)
+    def target(mu, policy_noise, noise_clip, seed=0):
+        terminations = np.zeros(n, np.float32)
         terminations[0] = 1.0
         value = td3.td3_target(
-            rewards,
-            terminations,
-            torch.zeros(n, 3),
-            lambda obs: mu.expand(len(obs), 2),
+            xp.array(np.ones(n)),
+            xp.array(terminations),
+            xp.array(np.zeros((n, 3))),
+            lambda obs: obs[:, :2] * 0.0 + xp.array(mu),  # mu at every next observation
             qf1_target,
             qf2_target,
+            *xp.rng_args(seed),
             0.5,
             policy_noise,
             noise_clip,
-            scale,
-            low,
-            high,
+            xp.array(scale),
+            xp.array(low),
+            xp.array(high),
         )
-        actions = seen["actions"]
+        value, actions = np.asarray(value), np.asarray(seen["actions"])
         assert value[0] == 1.0  # terminated: the reward alone
-        torch.testing.assert_close(value[1:], 1.0 + 0.5 * (actions[1:].sum(1) - 1.0))
+        np.testing.assert_allclose(value[1:], 1.0 + 0.5 * (actions[1:].sum(1) - 1.0), rtol=1e-6)
         return actions - mu
 
     middle = (high + low) / 2
     # noise of std 1e6 * scale: every draw is clipped to +-noise_clip * scale, with both signs
     noise = target(middle, policy_noise=1e6, noise_clip=0.5)
-    torch.testing.assert_close(noise.abs(), (0.5 * scale).expand(n, 2))
-    assert (noise > 0).any(dim=0).all() and (noise < 0).any(dim=0).all()
+    np.testing.assert_allclose(np.abs(noise), np.broadcast_to(0.5 * scale, (n, 2)), rtol=1e-6)
+    assert (noise > 0).any(axis=0).all() and (noise < 0).any(axis=0).all()
     # the usual 0.2, clipped at 0.5: std 0.2 * scale, never beyond 0.5 * scale
     noise = target(middle, policy_noise=0.2, noise_clip=0.5)
-    assert (noise.abs() <= 0.5 * scale + 1e-6).all()
-    torch.testing.assert_close(noise.std(dim=0), 0.2 * scale, rtol=0.05, atol=0)
+    assert (np.abs(noise) <= 0.5 * scale + 1e-6).all()
+    np.testing.assert_allclose(noise.std(axis=0, ddof=1), 0.2 * scale, rtol=0.05)
+    # the seed (JAX: the key) is the only source of randomness: the same one draws the same noise, another other noise
+    np.testing.assert_array_equal(target(middle, 0.2, 0.5), noise)
+    assert not np.array_equal(target(middle, 0.2, 0.5, seed=1), noise)
     # at the upper bound, the smoothed action is clipped back into the bounds
     noise = target(high, policy_noise=1e6, noise_clip=0.5)
     assert (noise <= 0).all()
     assert set(noise[:, 0].tolist()) == {0.0, -1.0} and set(noise[:, 1].tolist()) == {0.0, -0.125}
     # no noise, no smoothing
-    torch.testing.assert_close(target(middle, policy_noise=0.0, noise_clip=0.5), torch.zeros(n, 2))
+    np.testing.assert_array_equal(target(middle, policy_noise=0.0, noise_clip=0.5), np.zeros((n, 2)))
 
 
-def test_sac_soft_td_target_by_hand():
-    sac = load_script("sac_continuous_action")
+@pytest.mark.parametrize("name", of("sac"))
+def test_sac_soft_td_target_by_hand(name):
+    sac, xp = load_script(name), family(name)
     target = sac.soft_td_target(
-        rewards=torch.tensor([1.0, 1.0]),
-        terminations=torch.tensor([1.0, 0.0]),  # terminated, then truncated (stored as not terminated)
-        next_q1=torch.tensor([5.0, 3.0]),
-        next_q2=torch.tensor([4.0, 6.0]),
-        next_log_pi=torch.tensor([-1.0, 2.0]),
-        alpha=torch.tensor(0.5),
+        rewards=xp.array([1.0, 1.0]),
+        terminations=xp.array([1.0, 0.0]),  # terminated, then truncated (stored as not terminated)
+        next_q1=xp.array([5.0, 3.0]),
+        next_q2=xp.array([4.0, 6.0]),
+        next_log_pi=xp.array([-1.0, 2.0]),
+        alpha=xp.array(0.5),
         gamma=0.9,
     )
-    torch.testing.assert_close(target, torch.tensor([1.0, 1.0 + 0.9 * (3.0 - 0.5 * 2.0)]))
+    np.testing.assert_allclose(np.asarray(target), [1.0, 1.0 + 0.9 * (3.0 - 0.5 * 2.0)], rtol=1e-6)
 
 
-def test_sac_log_prob_matches_the_change_of_variables_computed_numerically():
-    """log p(a) for a = tanh(u) * scale + bias, u ~ N(mean, std): the Gaussian's density of u over |det da/du|, with
-    the Jacobian taken by central finite differences, not by the formula the script uses."""
-    sac = load_script("sac_continuous_action")
-    torch.manual_seed(0)
-    dtype = torch.float64
-    low, high = torch.tensor([-1.0, 0.0, 2.0], dtype=dtype), torch.tensor([3.0, 0.5, 10.0], dtype=dtype)
+# torch computes in float64 here; JAX in float32 (its 64-bit mode is off), so within a looser tolerance
+@pytest.mark.parametrize(
+    "name, dtype, tolerance",
+    [("sac_continuous_action", np.float64, 1e-6), ("sac_continuous_action_jax", np.float32, 1e-4)],
+    ids=of("sac"),
+)
+def test_sac_log_prob_matches_the_change_of_variables_computed_numerically(name, dtype, tolerance):
+    """log p(a) for a = tanh(u) * scale + bias, u ~ N(mean, std): the Gaussian's density of u (scipy's) over
+    |det da/du|, with the Jacobian taken by central finite differences in float64 numpy, not by the formula the
+    script uses."""
+    sac, xp = load_script(name), family(name)
+    rng = np.random.default_rng(0)
+    low, high = np.array([-1.0, 0.0, 2.0]), np.array([3.0, 0.5, 10.0])
     scale, bias = (high - low) / 2, (high + low) / 2
-    mean = torch.randn(6, 3, dtype=dtype)
-    log_std = torch.empty(6, 3, dtype=dtype).uniform_(-2, 0.5)
-    u = mean + log_std.exp() * torch.randn(6, 3, dtype=dtype)
+    mean = rng.standard_normal((6, 3))
+    log_std = rng.uniform(-2, 0.5, (6, 3))
+    u = mean + np.exp(log_std) * rng.standard_normal((6, 3))
 
     def squash(u):
-        return torch.tanh(u) * scale + bias
+        return np.tanh(u) * scale + bias
 
     h = 1e-6
     expected = []
     for i in range(len(u)):
-        jacobian = torch.stack([(squash(u[i] + h * e) - squash(u[i] - h * e)) / (2 * h) for e in torch.eye(3, dtype=dtype)])
-        log_density_u = torch.distributions.Normal(mean[i], log_std[i].exp()).log_prob(u[i]).sum()
-        expected.append(log_density_u - torch.log(torch.det(jacobian).abs()))
-    expected = torch.stack(expected)
-    torch.testing.assert_close(
-        sac.squashed_gaussian_log_prob(u, mean, log_std, scale, eps=0.0), expected, rtol=1e-6, atol=1e-6
+        jacobian = np.stack([(squash(u[i] + h * e) - squash(u[i] - h * e)) / (2 * h) for e in np.eye(3)])
+        log_density_u = norm.logpdf(u[i], mean[i], np.exp(log_std[i])).sum()
+        expected.append(log_density_u - np.log(abs(np.linalg.det(jacobian))))
+    args = [xp.array(x, dtype) for x in (u, mean, log_std, scale)]
+    np.testing.assert_allclose(
+        np.asarray(sac.squashed_gaussian_log_prob(*args, eps=0.0)), expected, rtol=tolerance, atol=tolerance
     )
     # the default eps only matters where tanh saturates
-    torch.testing.assert_close(sac.squashed_gaussian_log_prob(u, mean, log_std, scale), expected, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(sac.squashed_gaussian_log_prob(*args)), expected, rtol=1e-3, atol=1e-3)
 
     # and it is a density over the action: in one dimension it integrates to 1 over (low, high)
-    a = torch.linspace(-1.0, 3.0, 200_001, dtype=dtype)[1:-1]  # scale 2, bias 1
-    u = torch.atanh((a - 1.0) / 2.0)
-    one = torch.ones(1, dtype=dtype)
-    density = sac.squashed_gaussian_log_prob(u[:, None], 0.3 * one, math.log(0.8) * one, 2.0 * one, eps=0.0).exp()
-    assert torch.trapezoid(density, a).item() == pytest.approx(1.0, abs=1e-3)
+    a = np.linspace(-1.0, 3.0, 200_001)[1:-1]  # scale 2, bias 1
+    u = np.arctanh((a - 1.0) / 2.0)
+    mean, log_std, scale = (xp.array([x], dtype) for x in (0.3, math.log(0.8), 2.0))
+    log_density = sac.squashed_gaussian_log_prob(xp.array(u[:, None], dtype), mean, log_std, scale, eps=0.0)
+    assert np.trapezoid(np.exp(np.asarray(log_density, dtype=np.float64)), a) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_pure_pieces_equal_the_torch_twins():
+    """The same inputs give the same numbers as ddpg/td3/sac_continuous_action.py's functions (td3's target without
+    smoothing noise, since the two draw it from different generators)."""
+    rng = np.random.default_rng(1)
+    n = 64
+    obs, rewards = np32(n, 3, rng=rng), np32(n, rng=rng)
+    terminations = (rng.random(n) < 0.3).astype(np.float32)
+    w_actor, w_q = np32(3, 2, rng=rng), np32(5, rng=rng)
+
+    def twin(module):
+        """The same deterministic target actor and critics, for torch tensors and for jax arrays."""
+        xp = torch if module == "torch" else jnp
+        cat = (lambda xs: torch.cat(xs, 1)) if xp is torch else (lambda xs: jnp.concatenate(xs, 1))
+        as_array = (lambda x: torch.as_tensor(x)) if xp is torch else jnp.asarray
+        actor = lambda o: xp.tanh(o @ as_array(w_actor)) * 2.0
+        qf1 = lambda o, a: cat([o, a]) @ as_array(w_q)
+        qf2 = lambda o, a: (cat([o, a]) ** 2) @ as_array(w_q)
+        return as_array, actor, qf1, qf2
+
+    def both(name, function, make_args):
+        torch_fn = getattr(load_script(name), function)
+        jax_fn = getattr(load_script(f"{name}_jax"), function)
+        expected = torch_fn(*make_args("torch")).numpy()
+        np.testing.assert_allclose(np.asarray(jax_fn(*make_args("jax"))), expected, rtol=1e-5, atol=1e-5)
+
+    def ddpg_args(module):
+        as_array, actor, qf1, _ = twin(module)
+        return as_array(rewards), as_array(terminations), as_array(obs), actor, qf1, 0.99
+
+    def td3_args(module):
+        as_array, actor, qf1, qf2 = twin(module)
+        low, high = as_array(np.array([-2.0, -1.0], np.float32)), as_array(np.array([2.0, 0.5], np.float32))
+        key = [jax.random.PRNGKey(0)] if module == "jax" else []
+        common = [as_array(rewards), as_array(terminations), as_array(obs), actor, qf1, qf2, *key, 0.99]
+        return [*common, 0.0, 0.5, (high - low) / 2, low, high]
+
+    def soft_target_args(module):
+        as_array = torch.as_tensor if module == "torch" else jnp.asarray
+        q1, q2, log_pi = np32(n, rng=np.random.default_rng(2)), np32(n, rng=np.random.default_rng(3)), obs[:, 0]
+        alpha = as_array(np.float32(0.3))
+        return as_array(rewards), as_array(terminations), as_array(q1), as_array(q2), as_array(log_pi), alpha, 0.99
+
+    def log_prob_args(module):
+        as_array = torch.as_tensor if module == "torch" else jnp.asarray
+        # |u| < 4 or so: where tanh saturates, 1 - tanh(u)^2 is float32 rounding noise, different in torch and XLA
+        u, mean = np32(n, 3, rng=np.random.default_rng(4)), np32(n, 3, rng=np.random.default_rng(5))
+        log_std = np.random.default_rng(6).uniform(-5, 2, (n, 3)).astype(np.float32)
+        return as_array(u), as_array(mean), as_array(log_std), as_array(np.array([2.0, 0.25, 4.0], np.float32))
+
+    both("ddpg_continuous_action", "ddpg_target", ddpg_args)
+    both("td3_continuous_action", "td3_target", td3_args)
+    both("sac_continuous_action", "soft_td_target", soft_target_args)
+    both("sac_continuous_action", "squashed_gaussian_log_prob", log_prob_args)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_actions_are_rescaled_onto_asymmetric_bounds(name):
     script = load_script(name)
     low, high = [-1.0, 0.0, 2.0], [3.0, 0.5, 10.0]
-    torch.manual_seed(0)
-    actor = script.Actor(fake_envs(low, high))
-    last = actor.fc_mean if name.startswith("sac") else actor.fc_mu
-    obs = torch.randn(64, 3)
-
-    def deterministic_action():
-        with torch.no_grad():
-            return actor.get_action(obs)[2] if name.startswith("sac") else actor(obs)
-
-    with torch.no_grad():
-        last.weight.zero_()
-        for pre_tanh, expected in [(50.0, high), (-50.0, low), (0.0, [1.0, 0.25, 6.0])]:
-            last.bias.fill_(pre_tanh)
-            torch.testing.assert_close(deterministic_action(), torch.tensor([expected]).expand(64, 3))
+    actor = family(name).Actor(script, low, high)
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((64, 3), dtype=np.float32)
+    for pre_tanh, expected in [(50.0, high), (-50.0, low), (0.0, [1.0, 0.25, 6.0])]:
+        actor.fix_pre_tanh(pre_tanh)
+        np.testing.assert_allclose(actor.deterministic(obs), np.broadcast_to(expected, (64, 3)), rtol=1e-6)
     if name.startswith("sac"):  # the sampled actions stay inside the bounds too, and carry their log-probability
-        with torch.no_grad():
-            last.bias.copy_(torch.tensor([3.0, -3.0, 0.0]))
-            actions, log_prob, _ = actor.get_action(torch.randn(10_000, 3))
-        assert (actions >= torch.tensor(low)).all() and (actions <= torch.tensor(high)).all()
-        assert log_prob.shape == (10_000,) and torch.isfinite(log_prob).all()
+        actor.fix_pre_tanh([3.0, -3.0, 0.0])
+        many_obs = rng.standard_normal((10_000, 3), dtype=np.float32)
+        actions, log_prob = actor.sample(many_obs, seed=4)
+        assert (actions >= np.array(low)).all() and (actions <= np.array(high)).all()
+        assert log_prob.shape == (10_000,) and np.isfinite(log_prob).all()
+        # a new seed (JAX: key), new samples; the same one, the same samples
+        again, other = actor.sample(many_obs, seed=4)[0], actor.sample(many_obs, seed=5)[0]
+        assert np.array_equal(again, actions) and not np.array_equal(other, actions)
+
+
+@pytest.mark.parametrize("name", [name for name in NAMES if family(name) is Jax])
+def test_evaluation_plays_the_deterministic_action_and_rejects_another_envs_model(tmp_path, monkeypatch, name):
+    """The evaluator rebuilds the actor from the model file (flax bytes of its parameters) and the env's bounds, and
+    plays its deterministic action: the actor's output (DDPG, TD3) or tanh of the Gaussian's mean (SAC), rescaled.
+    An actor saturated at +50 before its tanh must play the upper bound, 2.0 on Pendulum, at every step."""
+    import flax
+
+    monkeypatch.chdir(tmp_path)
+    script = load_script(name)
+    evals = "sac_jax_eval" if name.startswith("sac") else "ddpg_jax_eval"
+    evaluate = importlib.import_module(f"cleanrl_utils.evals.{evals}").evaluate
+    actor = JaxActor(script, [-2.0], [2.0])
+    actor.fix_pre_tanh(50.0)
+    model_path = tmp_path / "model.cleanrl_model"
+    model_path.write_bytes(flax.serialization.to_bytes(actor.params))
+
+    returns = evaluate(str(model_path), script.make_env, "Pendulum-v1", 1, "eval", script.Actor, capture_video=False, seed=7)
+    env = gym.make("Pendulum-v1")
+    env.reset(seed=7)
+    expected = sum(env.step(np.array([2.0], np.float32))[1] for _ in range(200))
+    assert returns == [pytest.approx(expected, rel=1e-5)]
+
+    with pytest.raises(ValueError, match="holds parameters"):  # a Pendulum actor on a 4-dimensional observation
+        evaluate(str(model_path), script.make_env, "InvertedPendulum-v5", 1, "eval", script.Actor, capture_video=False)
 
 
 # ---------------------------------------------------------------- the replay buffer and the vector env
@@ -258,25 +507,27 @@ def test_replay_buffer_holds_real_transitions_across_resets(name):
     assert terminations[waller].sum() == 0  # the time limit cut its episodes: stored as not done, so they bootstrap
 
     np.random.seed(0)
-    b_obs, b_actions, b_next_obs, b_rewards, b_terminations = rb.sample(256, "cpu")
-    assert b_obs.shape == (256, 2) and b_actions.shape == (256, 2) and b_rewards.shape == (256,)
-    assert b_obs.dtype == torch.float32 and b_terminations.shape == (256,)
-    torch.testing.assert_close(b_rewards, b_actions[:, 0])  # the columns stay whole transitions
-    torch.testing.assert_close(b_next_obs[:, 1] - b_obs[:, 1], torch.ones(256))
+    batch = family(name).sample(rb, 256)
+    b_obs, b_actions, b_next_obs, b_rewards, b_terminations = batch
+    assert [field.shape for field in batch] == [(256, 2), (256, 2), (256, 2), (256,), (256,)]
+    assert all(field.dtype == np.float32 for field in batch)
+    np.testing.assert_array_equal(b_rewards, b_actions[:, 0])  # the columns stay whole transitions
+    np.testing.assert_array_equal(b_next_obs[:, 1] - b_obs[:, 1], np.ones(256))
 
 
-def test_replay_buffer_wraps_around_and_round_trips_its_state():
-    sac = load_script("sac_continuous_action")
-    rb = sac.ReplayBuffer(3, 1, 1)
+@pytest.mark.parametrize("name", NAMES)
+def test_replay_buffer_wraps_around_and_round_trips_its_state(name):
+    script = load_script(name)
+    rb = script.ReplayBuffer(3, 1, 1)
     for i in range(5):
         rb.add(np.array([[i]]), np.array([[i + 1]]), np.array([[0.5]]), np.array([float(i)]), np.array([False]))
     assert len(rb) == 3
     assert sorted(rb.fields(rb.data)[3].tolist()) == [2.0, 3.0, 4.0]  # the oldest transitions were overwritten
-    restored = sac.ReplayBuffer(3, 1, 1)
+    restored = script.ReplayBuffer(3, 1, 1)
     restored.load_state_dict(pickle.loads(pickle.dumps(rb.state_dict())))
     np.testing.assert_array_equal(restored.data, rb.data)
     assert (restored.pos, restored.full) == (rb.pos, rb.full)
-    partly = sac.ReplayBuffer(10, 1, 1)
+    partly = script.ReplayBuffer(10, 1, 1)
     partly.add(np.array([[1.0], [2.0]]), np.array([[2.0], [3.0]]), np.zeros((2, 1)), np.ones(2), np.zeros(2))
     assert len(partly.state_dict()["data"]) == 2  # a checkpoint holds the filled rows only
 
@@ -306,11 +557,12 @@ def test_time_limit_truncation_is_stored_as_not_done(name, env_id, tmp_path, mon
 
 
 @pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "dm_control/cheetah-run-v0"])
-def test_pickled_envs_continue_the_same_episode(env_id, tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", NAMES)
+def test_pickled_envs_continue_the_same_episode(name, env_id, tmp_path, monkeypatch):
     """A checkpoint's envs come back mid-episode: MuJoCo's physics state (EzPickle would restart the simulation) and
     dm_control's whole physics, with the time limit's count and the episode statistics."""
     monkeypatch.chdir(tmp_path)
-    script = load_script("td3_continuous_action")
+    script = load_script(name)
     envs = gym.vector.SyncVectorEnv([script.make_env(env_id, 0, False, "test")])
     envs.reset(seed=0)
     rng = np.random.default_rng(0)
@@ -327,17 +579,20 @@ def test_pickled_envs_continue_the_same_episode(env_id, tmp_path, monkeypatch):
     copy.close()
 
 
-def test_dm_control_video_renders_without_a_display(tmp_path, monkeypatch):
-    """--capture-video on dm_control: the script's make_env records through EGL (MUJOCO_GL=egl, set by the script
-    when there is no display). A 1,000-step dm_control episode takes about a minute to render on a CPU, so the
-    smoke tests record MuJoCo's short InvertedPendulum episodes and this one records a few frames."""
+@pytest.mark.parametrize("name", ["sac_continuous_action", "td3_continuous_action_jax"])
+def test_dm_control_video_renders_without_a_display(name, tmp_path, monkeypatch):
+    """--capture-video on dm_control, beside torch and JAX: the script's make_env records through EGL (MUJOCO_GL=egl,
+    set by the script when there is no display). A 1,000-step dm_control episode takes about a minute to render on a
+    CPU, so the smoke tests record MuJoCo's short InvertedPendulum episodes and this one records a few frames, with
+    one script of each family."""
     monkeypatch.chdir(tmp_path)
-    script = load_script("sac_continuous_action")
+    script = load_script(name)
     env = script.make_env("dm_control/cheetah-run-v0", 0, True, "dmc")()
     env.reset(seed=0)
     for _ in range(5):
         env.step(env.action_space.sample())
     env.close()  # a recording in progress is written out on close
+    jax.jit(lambda x: x * 2)(jnp.ones(3)).block_until_ready()  # XLA compiles after EGL has loaded Mesa
     videos = list((tmp_path / "videos" / "dmc").glob("*.mp4"))
     assert videos and videos[0].stat().st_size > 0
 
@@ -345,15 +600,15 @@ def test_dm_control_video_renders_without_a_display(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- the scripts, as a user runs them
 
 MUJOCO_SMOKE_ENV = {  # InvertedPendulum's episodes end within a few dozen steps until it learns: cheap to render
-    "ddpg_continuous_action.py": "InvertedPendulum-v5",
-    "td3_continuous_action.py": "InvertedPendulum-v4",
-    "sac_continuous_action.py": "InvertedPendulum-v5",
+    "ddpg": "InvertedPendulum-v5",
+    "td3": "InvertedPendulum-v4",
+    "sac": "InvertedPendulum-v5",
 }
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_mujoco_with_every_flag(tmp_path, script):
-    flags = ["--env-id", MUJOCO_SMOKE_ENV[script], "--total-timesteps", "600", *SHORT]
+    flags = ["--env-id", MUJOCO_SMOKE_ENV[algorithm(script)], "--total-timesteps", "600", *SHORT]
     flags += ["--capture-video", "--save-model", "--track", "--checkpoint-interval", "300"]
     result = run_script(script, *flags, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -362,11 +617,13 @@ def test_smoke_mujoco_with_every_flag(tmp_path, script):
     videos = {path.parent.name for path in (tmp_path / "videos").rglob("*.mp4")}
     assert run_dir.name in videos and f"{run_dir.name}-eval" in videos, videos  # training and evaluation episodes
     assert (run_dir / script.replace(".py", ".cleanrl_model")).stat().st_size > 0
-    checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
+    checkpoint = checkpoint_of(run_dir, script)
     assert checkpoint["global_step"] == 600 and checkpoint["replay_buffer"] is None  # no --checkpoint-buffer
+    # torch's generator, or the JAX key, travels with the checkpoint
+    assert tuple(family(script).rng_state(checkpoint).shape) == family(script).rng_state_shape
     assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
     tags = scalar_tags(run_dir)
-    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", *LOSS_TAGS[script]]:
+    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", *LOSS_TAGS[algorithm(script)]]:
         assert tag in tags, tag
     assert [step for step, _ in scalars(run_dir, "losses/qf1_values")] == [300, 400, 500, 600]
     eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
@@ -375,47 +632,34 @@ def test_smoke_mujoco_with_every_flag(tmp_path, script):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_dm_control_with_model_and_tracking(tmp_path, script):
+    """No --capture-video: see test_dm_control_video_renders_without_a_display. SAC runs here with a fixed alpha
+    (--no-autotune), which its other runs do not."""
     flags = ["--env-id", "dm_control/cheetah-run-v0", "--total-timesteps", "1100", "--learning-starts", "1000"]
-    flags += [
-        "--batch-size",
-        "32",
-        "--buffer-size",
-        "2000",
-        "--save-model",
-        "--track",
-        "--checkpoint-interval",
-        "1100",
-        "--checkpoint-buffer",
-    ]
-    result = run_script(script, *flags, cwd=tmp_path)
+    flags += ["--batch-size", "32", "--buffer-size", "2000", "--save-model", "--track", "--checkpoint-interval", "1100"]
+    if algorithm(script) == "sac":
+        flags += ["--no-autotune", "--alpha", "0.1"]
+    result = run_script(script, *flags, "--checkpoint-buffer", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     assert run_dir.parent.name == "dm_control"  # the id's "/" makes a folder, as in videos/
     assert [value for _, value in scalars(run_dir, "charts/episodic_length")] == [1000]  # dm_control's time limit
     assert [step for step, _ in scalars(run_dir, "losses/qf1_loss")] == [1100]
-    checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
+    assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
+    checkpoint = checkpoint_of(run_dir, script)
     assert checkpoint["envs"] is not None  # dm_control's physics pickles: a resumed run continues the episode
-    assert len(checkpoint["replay_buffer"]["data"]) == 1100 and checkpoint["replay_buffer"]["data"].shape[1] == 17 * 2 + 6 + 2
+    assert checkpoint["replay_buffer"]["data"].shape == (1100, 17 * 2 + 6 + 2)
+    if algorithm(script) == "sac":
+        assert scalars(run_dir, "losses/alpha") == [(1100, pytest.approx(0.1))]
+        assert all(checkpoint[key] is None for key in family(script).fixed_alpha_state)
+        assert "losses/alpha_loss" not in scalar_tags(run_dir)
     eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
     assert len(eval_returns) == 10 and all(0 <= r <= 1000 for r in eval_returns)
-
-
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_users_own_env_with_asymmetric_bounds_and_several_envs(tmp_path, script):
-    """ContinuousCorridor raises on any action outside [-1, 3] x [0, 0.5]: random warm-up actions, the policy's and
-    its exploration noise must all land inside."""
-    result = run_script(script, "--env-id", CORRIDOR, "--total-timesteps", "800", *SHORT, "--num-envs", "2", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    run_dir = only_run_dir(tmp_path)
-    lengths = [value for _, value in scalars(run_dir, "charts/episodic_length")]
-    assert lengths and max(lengths) <= 8
-    assert [step for step, _ in scalars(run_dir, "losses/qf1_values")] == [400, 600, 800]  # every 100 vector steps
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_learns_pendulum(tmp_path, script):
-    flags, threshold = LEARNING[script]
+    flags, threshold = LEARNING[algorithm(script)]
     result = run_script(script, "--env-id", "Pendulum-v1", *flags, "--seed", "1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     returns = [value for _, value in scalars(only_run_dir(tmp_path), "charts/episodic_return")]
@@ -423,84 +667,121 @@ def test_learns_pendulum(tmp_path, script):
     assert np.mean(returns[-5:]) > threshold, returns[-10:]
 
 
-RESUMABLE = ["--env-id", "Pendulum-v1", "--total-timesteps", "2000", "--learning-starts", "300", "--batch-size", "32"]
-RESUMABLE += ["--buffer-size", "5000", "--seed", "3", "--checkpoint-interval", "1000"]
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_killed_run_resumes_to_the_same_weights_on_the_users_own_env(tmp_path, script):
+    """With --checkpoint-buffer the resumed run has everything the uninterrupted one had (parameters, targets,
+    optimizer states, torch's generator or the JAX key, numpy's and the action space's RNGs, the envs mid-episode):
+    identical weights at the end. On ContinuousCorridor with two envs, which raises on any action outside
+    [-1, 3] x [0, 0.5]: random warm-up actions, the policy's and its exploration noise must all land inside."""
+    flags = ["--env-id", CORRIDOR, "--num-envs", "2", "--total-timesteps", "3000", "--learning-starts", "500"]
+    flags += ["--batch-size", "32", "--buffer-size", "5000", "--seed", "3", "--checkpoint-interval", "1000"]
+    run_dir = check_killed_run_resumes_to_the_same_weights(
+        script, [*flags, "--checkpoint-buffer", "--save-model"], tmp_path, "losses/qf1_values"
+    )
+    checkpoint = checkpoint_of(run_dir, script)
+    assert checkpoint["global_step"] == 3000 and len(checkpoint["replay_buffer"]["data"]) == 3000
+    lengths = [value for _, value in scalars(run_dir, "charts/episodic_length")]
+    assert lengths and max(lengths) <= 8
+    assert [step for step, _ in scalars(run_dir, "losses/qf1_values")] == list(range(600, 3001, 200))  # 100 vector steps
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_killed_run_resumes_to_the_same_weights(tmp_path, script):
-    """With --checkpoint-buffer the resumed run has everything the uninterrupted one had: same weights at the end."""
-    flags = [*RESUMABLE, "--checkpoint-buffer", "--save-model"]
-    run_dir = check_killed_run_resumes_to_the_same_weights(script, flags, tmp_path, "losses/qf1_values")
-    assert load_checkpoint(run_dir / "checkpoint.pt")["replay_buffer"] is not None
+def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path, script):
+    """SIGTERM mid-run: a checkpoint (without the buffer), exit code 143 and a line saying how to resume. The resumed
+    run starts from an empty buffer: it acts with its policy and makes no update for --learning-starts steps, then
+    learns on; Pendulum's episodes go on where they were."""
+    flags = ["--env-id", "Pendulum-v1", "--total-timesteps", "1000000", "--learning-starts", "500"]
+    flags += ["--batch-size", "32", "--buffer-size", "5000"]
+    process = start_script(script, *flags, cwd=tmp_path)
+    wait_for(lambda: list((tmp_path / "runs").rglob("events.out.tfevents.*")), process)
+    time.sleep(1.5)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    assert f"--resume {run_dir.relative_to(tmp_path)}" in stderr
+    checkpoint = checkpoint_of(run_dir, script)
+    stopped = checkpoint["global_step"]
+    assert 0 < stopped < 1_000_000 and checkpoint["replay_buffer"] is None and checkpoint["envs"] is not None
 
-
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_resume_without_the_buffer_refills_it_before_learning(tmp_path, script):
-    """Without --checkpoint-buffer the resumed run starts from an empty buffer: it acts with its policy and makes no
-    update for --learning-starts steps, then learns on (losses again after step 1000 + 300)."""
-    process = start_script(script, *RESUMABLE, cwd=tmp_path)
-    wait_for(lambda: checkpoint_files(tmp_path / "runs"), process)
-    checkpoint_path = checkpoint_files(tmp_path / "runs")[0]
-    time.sleep(0.5)
-    process.kill()
-    process.wait()
-    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed: give it a larger budget"
-    checkpoint = load_checkpoint(checkpoint_path)
-    assert checkpoint["global_step"] == 1000 and checkpoint["replay_buffer"] is None
-    run_dir = checkpoint_path.parent
-
-    result = run_script(script, "--resume", str(run_dir), "--checkpoint-interval", "1500", cwd=tmp_path)
+    end = stopped + 1000
+    result = run_script(
+        script, "--resume", str(run_dir), "--total-timesteps", str(end), "--checkpoint-interval", "1000", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "refilling it with the policy for 300 steps, learning again after step 1300" in result.stderr
-    steps = [step for step, _ in scalars(run_dir, "losses/qf1_values")]
-    assert steps == [400, 500, 600, 700, 800, 900, 1000, *range(1400, 2001, 100)], steps
-    assert load_checkpoint(run_dir / "checkpoint.pt")["updates_start"] == 1300
+    assert f"refilling it with the policy for 500 steps, learning again after step {stopped + 500}" in result.stderr
+    after = [step for step, _ in scalars(run_dir, "losses/qf1_values") if step > stopped]
+    assert after == [step for step in range(100, end + 1, 100) if step > stopped + 500], (stopped, after)
+    assert checkpoint_of(run_dir, script)["updates_start"] == stopped + 500
     returns = scalars(run_dir, "charts/episodic_return")
-    assert [step for step, _ in returns] == list(range(200, 2001, 200))  # Pendulum pickles: episodes go on
+    assert [step for step, _ in returns] == list(range(200, end + 1, 200))  # Pendulum pickles: episodes go on
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_sigterm_checkpoints_and_exits_nonzero(tmp_path, script):
-    # the defaults (HalfCheetah-v4), whose warm-up of random actions runs past the SIGTERM and the resumed budget
-    check_sigterm_checkpoints_and_resumes(script, tmp_path, long_budget=1_000_000, resume_budget=4000)
-    checkpoint = load_checkpoint(checkpoint_files(tmp_path / "runs")[0])
-    assert checkpoint["envs"] is not None and checkpoint["replay_buffer"] is None
-
-
-# every script validates the same way; the checks shared by all are spread over the three to keep this quick
+# every script validates the same way, torch or JAX
 COMMON_BAD_INPUTS = [
     (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
-    (["--env-id", "CartPole-v1"], ["Discrete action space", "dqn.py"]),
     (["--env-id", "off_policy_continuous_env:UnboundedActions-v0"], ["unbounded actions", "finite"]),
+    (["--buffer-size", "0"], ["--buffer-size must be positive"]),
+    (["--policy-frequency", "0"], ["--policy-frequency must be positive"]),
+    (["--learning-starts", "-1"], ["--learning-starts must be >= 0"]),
+    (["--tau", "0"], ["--tau must be in (0, 1]"]),
+    (["--gamma", "1.5"], ["--gamma must be in [0, 1]"]),
     (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
+    (["--upload-model"], ["--upload-model uploads the model that --save-model saves"]),
 ]
 BAD_INPUTS = {
-    "ddpg_continuous_action.py": [
+    "ddpg": [
         (["--exploration-noise", "-0.1"], ["--exploration-noise must be >= 0"]),
         (["--noise-clip", "0.5"], ["--noise-clip"]),  # DDPG has no target smoothing: no flag for it
-        (["--buffer-size", "0"], ["--buffer-size must be positive"]),
-        (["--upload-model"], ["--upload-model uploads the model that --save-model saves"]),
     ],
-    "td3_continuous_action.py": [
+    "td3": [
         (["--noise-clip", "-0.5"], ["--noise-clip must be >= 0"]),
+        (["--policy-noise", "-0.2"], ["--policy-noise must be >= 0"]),
         (["--learning-rate", "0"], ["--learning-rate must be positive"]),
-        (["--tau", "0"], ["--tau must be in (0, 1]"]),
-        (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint"]),
     ],
-    "sac_continuous_action.py": [
+    "sac": [
         (["--alpha", "-0.2", "--no-autotune"], ["--alpha must be >= 0"]),
         (["--target-network-frequency", "0"], ["--target-network-frequency must be positive"]),
-        (["--policy-frequency", "0"], ["--policy-frequency must be positive"]),
-        (["--learning-starts", "-1"], ["--learning-starts must be >= 0"]),
+        (["--q-lr", "0"], ["--q-lr must be positive"]),
     ],
 }
 
 
-@pytest.mark.parametrize(
-    "script, flags, fragments", [(script, *bad) for script in SCRIPTS for bad in COMMON_BAD_INPUTS + BAD_INPUTS[script]]
-)
-def test_bad_input_is_one_clear_line(tmp_path, script, flags, fragments):
-    result = run_script(script, *flags, cwd=tmp_path)
-    assert_clean_failure(result, *fragments)
+def bad_inputs(script):
+    no_checkpoint = (["--resume", "runs/never-ran"], [f"--resume runs/never-ran: no {family(script).checkpoint}"])
+    return [*COMMON_BAD_INPUTS, no_checkpoint, *BAD_INPUTS[algorithm(script)]]
+
+
+@pytest.mark.parametrize("script, flags, fragments", [(script, *bad) for script in SCRIPTS for bad in bad_inputs(script)])
+def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, script, flags, fragments):
+    """Run in this process (a new one costs seconds of imports per case; test_discrete_env_is_one_clear_line runs
+    each script as a user would): exit code 2, the script's one `error:` line (tyro's own message for an unknown
+    flag), no traceback, and nothing started. A bad input that slipped through would start a run: os.makedirs of
+    a run folder fails the test at once."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [script, *flags])
+    makedirs = os.makedirs
+
+    def no_run_folder(path, *args, **kwargs):
+        assert "runs" not in str(path), f"a bad input started a run ({path})"
+        return makedirs(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "makedirs", no_run_folder)
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(REPO / "cleanrl" / script), run_name="__main__")
+    stderr = capsys.readouterr().err
+    assert exit_info.value.code == 2, stderr
+    assert "Traceback" not in stderr, stderr
+    for fragment in fragments:
+        assert fragment in stderr, (fragment, stderr)
+    if stderr.startswith("error: "):
+        assert stderr.count("\n") == 1, stderr
+    assert not (tmp_path / "runs").exists(), "a bad input started a run"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_discrete_env_is_one_clear_line(tmp_path, script):
+    result = run_script(script, "--env-id", "CartPole-v1", cwd=tmp_path)
+    assert_clean_failure(result, "Discrete action space", *family(script).dqn_scripts)
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: "), result.stderr
     assert not (tmp_path / "runs").exists(), "a bad input started a run"
