@@ -25,7 +25,9 @@ from cleanrl_utils.reproduce import CLEANRL_SCRIPTS
 # script -> (evaluator module, the script's network class, whether the evaluator runs torch on a device)
 EVALUATORS = {
     "ppo": ("cleanrl_utils.evals.ppo_eval", "Agent", True),
+    "ppo_atari": ("cleanrl_utils.evals.ppo_eval", "Agent", True),
     "dqn": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),
+    "dqn_atari": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),
     "pqn": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),
     "c51": ("cleanrl_utils.evals.c51_eval", "QNetwork", True),
     "dqn_jax": ("cleanrl_utils.evals.dqn_jax_eval", "QNetwork", False),

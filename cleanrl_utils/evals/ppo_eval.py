@@ -1,4 +1,5 @@
-"""Evaluate a model saved by `cleanrl/ppo.py --save-model`: play episodes with the trained policy, return their scores."""
+"""Evaluate a model saved by `cleanrl/ppo.py` or `ppo_atari.py --save-model`: play episodes with the trained
+policy, return their scores."""
 
 from collections.abc import Callable
 

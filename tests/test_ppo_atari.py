@@ -1,0 +1,237 @@
+"""cleanrl/ppo_atari.py: the Atari preprocessing on the real ALE, the network, env state across a checkpoint, smoke with
+every flag, resume, SIGTERM, bad inputs."""
+
+import json
+
+import cv2
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from helpers import (
+    assert_clean_failure,
+    check_killed_run_resumes_to_the_same_weights,
+    check_sigterm_checkpoints_and_resumes,
+    load_script,
+    only_run_dir,
+    run_script,
+    scalar_tags,
+    scalars,
+)
+
+SHORT = ["--num-envs", "2", "--num-steps", "32"]
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread(monkeypatch):
+    """The scripts run with the tests on two shared, busy cores; torch's threads then spin-wait on each other (an
+    action of the CNN took 260 ms on 2 threads against 7 ms on 1 here). The scripts run inherit this variable."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def load_ppo_atari():
+    return load_script("ppo_atari")
+
+
+def play_one_game(env_id, seed):
+    """One whole game with random actions through ppo_atari's own make_env. Each agent step records the reward the
+    agent sees, the real (unclipped) reward ClipRewardEnv was given, termination, lives left, whether a game's
+    statistics came with it, and how many ALE frames it took."""
+    ppo_atari = load_ppo_atari()
+    raw_rewards = []
+
+    class RecordingClipRewardEnv(ppo_atari.ClipRewardEnv):  # the real wrapper, observed: make_env looks the name up
+        def reward(self, reward):
+            raw_rewards.append(reward)
+            return super().reward(reward)
+
+    ppo_atari.ClipRewardEnv = RecordingClipRewardEnv
+    env = ppo_atari.make_env(env_id, 0, False, "test")()
+    obs, _ = env.reset(seed=seed)
+    assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8 and env.observation_space.shape == (4, 84, 84)
+    ale = env.unwrapped.ale
+    rng = np.random.default_rng(seed)
+    steps = []
+    while True:
+        frame, lives = ale.getEpisodeFrameNumber(), ale.lives()
+        obs, reward, terminated, truncated, info = env.step(rng.integers(env.action_space.n))
+        assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
+        steps.append(
+            {
+                "reward": reward, "raw": raw_rewards[-1], "terminated": terminated, "truncated": truncated,
+                "lives_before": lives, "lives": ale.lives(), "episode": info.get("episode"),
+                "frames": ale.getEpisodeFrameNumber() - frame,
+            }
+        )  # fmt: skip
+        if terminated or truncated:
+            if "episode" in info:
+                env.close()
+                return steps, info["episode"], ale.getEpisodeFrameNumber()
+            frame = ale.getEpisodeFrameNumber()
+            env.reset()  # after a lost life: the game goes on, it is not reset
+            assert ale.getEpisodeFrameNumber() > frame and ale.lives() == steps[-1]["lives"]
+
+
+def test_a_lost_life_ends_the_training_episode_not_the_logged_game():
+    steps, episode, game_frames = play_one_game("BreakoutNoFrameskip-v4", seed=5)
+    ends = [i for i, s in enumerate(steps) if s["terminated"]]
+    # Breakout has 5 lives: 5 training episodes, each ended exactly where a life was lost
+    assert [steps[i]["lives"] for i in ends] == [4, 3, 2, 1, 0]
+    assert all(s["terminated"] == (s["lives"] < s["lives_before"]) for s in steps)
+    assert not any(s["truncated"] for s in steps)
+    # no statistics at the first four ends: the logged episode is the whole game, with its real score and length
+    assert [steps[i]["episode"] is not None for i in ends] == [False] * 4 + [True]
+    assert float(episode["r"]) == sum(s["raw"] for s in steps) == 3.0
+    assert int(episode["l"]) == game_frames  # in frames of the game, not agent steps
+    # 4 frames per agent step (MaxAndSkipEnv; fewer only where the game ends inside the skip)
+    assert all(s["frames"] == 4 for s in steps if not s["terminated"])
+
+
+def test_rewards_are_clipped_for_the_loss_but_the_logged_score_is_real():
+    steps, episode, game_frames = play_one_game("SpaceInvadersNoFrameskip-v4", seed=0)
+    raw = np.array([s["raw"] for s in steps])
+    assert raw.max() > 1  # Space Invaders scores 5 to 30 per alien
+    np.testing.assert_array_equal([s["reward"] for s in steps], np.sign(raw))
+    assert float(episode["r"]) == raw.sum() > np.sign(raw).sum()
+    assert int(episode["l"]) == game_frames
+    assert sum(s["terminated"] for s in steps) == 3  # one training episode per life
+
+
+def test_v5_ids_skip_4_frames_not_16_and_keep_sticky_actions():
+    ppo_atari = load_ppo_atari()
+    for env_id, sticky in [("ALE/Breakout-v5", 0.25), ("BreakoutNoFrameskip-v4", 0.0)]:
+        env = ppo_atari.make_env(env_id, 0, False, "test")()
+        obs, _ = env.reset(seed=0)
+        assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
+        ale = env.unwrapped.ale
+        assert ale.getFloat("repeat_action_probability") == pytest.approx(sticky)
+        frames = []
+        for _ in range(10):  # Breakout's first life lasts longer than 10 steps
+            frame = ale.getEpisodeFrameNumber()
+            _, _, terminated, truncated, _ = env.step(0)
+            assert not (terminated or truncated)
+            frames.append(ale.getEpisodeFrameNumber() - frame)
+        env.close()
+        assert frames == [4] * 10, (env_id, frames)
+
+
+def test_checkpointed_envs_continue_exactly():
+    """The ALE pickles only its constructor's arguments: pickle_envs must carry each emulator's state and the env's
+    RNG (the no-op starts of later games draw from it), or a resumed run would play a fresh, unreset game."""
+    ppo_atari = load_ppo_atari()
+
+    def vector_env(env_fns):
+        return gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+    envs = vector_env([ppo_atari.make_env("BreakoutNoFrameskip-v4", i, False, "test") for i in range(2)])
+    envs.reset(seed=1)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        envs.step(rng.integers(4, size=2))
+    restored = vector_env([lambda env=env: env for env in ppo_atari.unpickle_envs(ppo_atari.pickle_envs(envs))])
+    np.testing.assert_array_equal(restored.envs[0].unwrapped.ale.getRAM(), envs.envs[0].unwrapped.ale.getRAM())
+    ends = 0
+    for _ in range(300):  # through lost lives and whole games
+        actions = rng.integers(4, size=2)
+        a, b = envs.step(actions), restored.step(actions)
+        for x, y in zip(a[:4], b[:4]):
+            np.testing.assert_array_equal(x, y)
+        ends += int(a[2].sum())
+    assert ends >= 5
+    envs.close()
+    restored.close()
+
+
+def test_nature_cnn_shapes_init_and_uint8_input():
+    ppo_atari = load_ppo_atari()
+    spaces = {
+        "single_observation_space": gym.spaces.Box(0, 255, (4, 84, 84), np.uint8),
+        "single_action_space": gym.spaces.Discrete(6),
+    }
+    agent = ppo_atari.Agent(type("Envs", (), spaces))
+    shapes = [tuple(p.shape) for name, p in agent.network.named_parameters() if name.endswith("weight")]
+    assert shapes == [(32, 4, 8, 8), (64, 32, 4, 4), (64, 64, 3, 3), (512, 3136)]
+    actor, critic = agent.actor.weight.detach(), agent.critic.weight.detach()
+    torch.testing.assert_close(actor @ actor.T, 0.01**2 * torch.eye(6), atol=1e-7, rtol=0)  # orthogonal, std 0.01
+    torch.testing.assert_close(critic.norm(), torch.tensor(1.0))  # std 1
+    assert all(not b.any() for name, b in agent.named_parameters() if name.endswith("bias"))
+    frames = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():  # uint8 frames are scaled to [0, 1] inside the network
+        expected = agent.critic(agent.network(frames.float() / 255.0)).flatten()
+        _, _, values = agent.evaluate_actions(frames, torch.zeros(3, dtype=torch.int64))
+    torch.testing.assert_close(values, expected)
+
+
+def test_gae_is_ppos():
+    ppo, ppo_atari = load_script("ppo"), load_ppo_atari()  # ppo.py's compute_gae is checked by hand in test_ppo.py
+    rng = np.random.default_rng(0)
+    shape = (16, 3)
+    terminations = (rng.random(shape) < 0.1).astype(np.float64)
+    episode_ends = np.maximum(terminations, rng.random(shape) < 0.1)
+    inputs = (rng.normal(size=shape), rng.normal(size=shape), rng.normal(size=3), rng.normal(size=shape))
+    expected = ppo.compute_gae(*inputs, terminations, episode_ends, 0.99, 0.95)
+    actual = ppo_atari.compute_gae(*inputs, terminations, episode_ends, 0.99, 0.95)
+    for x, y in zip(expected, actual):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_smoke_with_every_flag(tmp_path):
+    result = run_script(
+        "ppo_atari.py", *SHORT, "--total-timesteps", "512", "--capture-video", "--save-model", "--track",
+        "--checkpoint-interval", "256", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    videos = sorted((tmp_path / "videos" / run_dir.name).glob("*.mp4"))
+    assert videos, "--capture-video wrote no mp4 of the training games"
+    video = cv2.VideoCapture(str(videos[0]))
+    assert (video.get(cv2.CAP_PROP_FRAME_HEIGHT), video.get(cv2.CAP_PROP_FRAME_WIDTH)) == (210, 160)  # the real frames
+    assert video.get(cv2.CAP_PROP_FRAME_COUNT) > 200  # a whole game at every frame, not 84x84 agent views
+    assert (run_dir / "ppo_atari.cleanrl_model").stat().st_size > 0
+    assert (run_dir / "checkpoint.pt").exists()
+    saved = json.loads((run_dir / "args.json").read_text())
+    assert saved["script"] == "ppo_atari.py" and saved["args"]["total_timesteps"] == 512
+    assert saved["args"]["env_id"] == "BreakoutNoFrameskip-v4" and saved["args"]["clip_coef"] == 0.1
+    assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
+    tags = scalar_tags(run_dir)
+    for tag in [
+        "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
+        "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl",
+        "losses/old_approx_kl", "losses/clipfrac", "losses/explained_variance",
+    ]:  # fmt: skip
+        assert tag in tags, tag
+    # whole games: Breakout's 5 lives take far more than 4 frames x the ~25 agent steps of one random life
+    assert all(length > 400 for _, length in scalars(run_dir, "charts/episodic_length"))
+    eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
+    assert len(eval_returns) == 10 and all(r >= 0 and r == int(r) for r in eval_returns)
+    assert "evaluation over 10 games" in result.stdout
+    assert list((tmp_path / "videos").glob(f"{run_dir.name}-eval/*.mp4")), "the evaluation recorded no video"
+
+
+def test_killed_run_resumes_to_the_same_weights(tmp_path):
+    flags = [*SHORT, "--total-timesteps", "384", "--seed", "3", "--save-model", "--checkpoint-interval", "64"]
+    run_dir = check_killed_run_resumes_to_the_same_weights("ppo_atari.py", flags, tmp_path, "charts/SPS")
+    assert [step for step, _ in scalars(run_dir, "charts/SPS")] == list(range(64, 384 + 1, 64))
+
+
+def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
+    # the default configuration (8 envs x 128 steps); the resumed run does one more rollout
+    check_sigterm_checkpoints_and_resumes("ppo_atari.py", tmp_path, long_budget=10_000_000, resume_budget=2048)
+
+
+@pytest.mark.parametrize(
+    "flags, fragments",
+    [
+        (["--env-id", "CartPole-v1"], ["--env-id CartPole-v1 is not an Atari game", "use ppo.py"]),
+        (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
+        (["--env-id", "ALE/NoSuchGame-v5"], ["--env-id ALE/NoSuchGame-v5"]),
+        (["--num-minibatches", "3"], ["--num-minibatches 3 must divide", "1024"]),
+        (["--num-envs", "0"], ["--num-envs must be positive"]),
+        (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint.pt"]),
+    ],
+)
+def test_bad_input_is_one_clear_line(tmp_path, flags, fragments):
+    result = run_script("ppo_atari.py", *flags, cwd=tmp_path)
+    assert_clean_failure(result, *fragments)
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "runs").exists(), "a bad input started a run"

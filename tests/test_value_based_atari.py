@@ -1,0 +1,199 @@
+"""cleanrl/dqn_atari.py: its frame-deduplicating replay buffer against a real ALE game, the buffer's memory, and the
+script as a user runs it (smoke with every flag, resume with and without the buffer, SIGTERM, bad inputs)."""
+
+import signal
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from helpers import (
+    assert_clean_failure,
+    check_killed_run_resumes_to_the_same_weights,
+    checkpoint_files,
+    load_checkpoint,
+    load_script,
+    only_run_dir,
+    run_script,
+    scalar_tags,
+    scalars,
+    start_script,
+    wait_for,
+)
+
+SCRIPT = "dqn_atari.py"
+SMALL = ["--buffer-size", "1000", "--batch-size", "32"]
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread(monkeypatch):
+    """The test machine's 2 cores are shared: torch's threads fighting for them make a CNN update 10x slower."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def test_buffer_returns_exactly_the_emitted_transitions_of_a_real_game():
+    """Two Breakout envs built with the script's make_env, random actions, through many lost lives and whole games,
+    into a buffer of 150 frames per env that wraps around many times. Every transition the buffer can return equals
+    the one the env emitted (obs, action, clipped reward, real next obs, terminated), they are exactly each env's
+    newest ones, and none pairs frames across an episode boundary."""
+    dqn_atari = load_script("dqn_atari")
+    num_envs, capacity = 2, 150
+    envs = gym.vector.SyncVectorEnv(
+        [dqn_atari.make_env("BreakoutNoFrameskip-v4", i, False, "test") for i in range(num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    assert envs.single_observation_space.shape == (4, 84, 84) and envs.single_observation_space.dtype == np.uint8
+    rb = dqn_atari.FrameReplayBuffer(num_envs * capacity, num_envs, envs.single_observation_space)
+    emitted = [[] for _ in range(num_envs)]  # (obs, action, reward, real next obs, terminated, episode ended)
+    lives_lost, games, game_scores = 0, 0, []
+    rng = np.random.default_rng(0)
+    obs, _ = envs.reset(seed=0)
+    for step in range(1200):
+        actions = rng.integers(envs.single_action_space.n, size=num_envs)
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        real_next_obs = dqn_atari.real_next_observations(next_obs, infos)
+        rb.add(obs, real_next_obs, actions, rewards, terminations, truncations)
+        for i in range(num_envs):
+            transition = (obs[i], actions[i], rewards[i], real_next_obs[i], terminations[i], terminations[i] or truncations[i])
+            emitted[i].append(transition)
+        ended_games = np.zeros(num_envs, dtype=bool)  # whole games: RecordEpisodeStatistics logged their score
+        if "final_info" in infos and "episode" in infos["final_info"]:
+            ended_games = infos["final_info"]["_episode"]
+            game_scores += [float(r) for r in infos["final_info"]["episode"]["r"][ended_games]]
+        games += int(ended_games.sum())
+        lives_lost += int((terminations & ~ended_games).sum())  # the training episode ended, the game did not
+        obs = next_obs
+        if step == 149:  # before any wrap-around: everything but the first stack's frames is there
+            assert len(rb) == sum(min(len(e) + 1 + sum(t[5] for t in e[:-1]), capacity) for e in emitted)
+    envs.close()
+    # a lost life ends the training episode, a game ends after five of them: the logged score counts whole games
+    assert games >= 4 and lives_lost >= 3 * games, (games, lives_lost)
+    assert sum(game_scores) > 0 and set(np.concatenate([[t[2] for t in e] for e in emitted])) <= {0.0, 1.0}
+    assert (rb.counts > 5 * capacity).all(), "the ring should have wrapped around several times"
+
+    valid_envs, valid_slots = rb.valid_indices()
+    for i in range(num_envs):
+        mine = valid_envs == i
+        order = np.argsort(rb.positions[i, valid_slots[mine]])  # oldest first
+        b_obs, b_actions, b_rewards, b_next_obs, b_terms = rb.get(valid_envs[mine][order], valid_slots[mine][order])
+        newest = emitted[i][-len(b_obs) :]
+        # all but the frames that start episodes and the oldest stack's: one frame per transition
+        episode_starts = sum(t[5] for t in newest)
+        assert capacity - episode_starts - 5 <= len(b_obs) <= capacity - 1, (len(b_obs), episode_starts)
+        np.testing.assert_array_equal(b_obs, np.stack([t[0] for t in newest]))
+        np.testing.assert_array_equal(b_actions, [t[1] for t in newest])
+        np.testing.assert_array_equal(b_rewards, [t[2] for t in newest])
+        np.testing.assert_array_equal(b_next_obs, np.stack([t[3] for t in newest]))
+        np.testing.assert_array_equal(b_terms, [t[4] for t in newest])
+        assert b_terms.sum() >= 2, "the window should hold lost lives"
+        # no transition crosses an episode boundary: each next obs is its obs shifted by one frame, and the
+        # transition after an episode's end starts from a stack of one repeated reset frame
+        np.testing.assert_array_equal(b_next_obs[:, :-1], b_obs[:, 1:])
+        for k in np.flatnonzero([t[5] for t in newest[:-1]]) + 1:
+            assert (b_obs[k] == b_obs[k, :1]).all()
+
+    # sample() draws only from those transitions
+    all_rows = {np.concatenate([o.ravel(), n.ravel()]).tobytes() for o, n in zip(*rb.get(valid_envs, valid_slots)[::3])}
+    np.random.seed(0)
+    s_obs, s_actions, s_next_obs, s_rewards, s_terms = rb.sample(256, "cpu")
+    assert s_obs.dtype == torch.uint8 and s_obs.shape == (256, 4, 84, 84) and s_actions.dtype == torch.int64
+    assert s_rewards.dtype == s_terms.dtype == torch.float32 and s_rewards.shape == s_terms.shape == (256,)
+    for o, n in zip(s_obs.numpy(), s_next_obs.numpy()):
+        assert np.concatenate([o.ravel(), n.ravel()]).tobytes() in all_rows
+
+    # a checkpoint's state_dict restores the same transitions
+    restored = dqn_atari.FrameReplayBuffer(num_envs * capacity, num_envs, envs.single_observation_space)
+    restored.load_state_dict(rb.state_dict())
+    for a, b in zip(rb.get(valid_envs, valid_slots), restored.get(*restored.valid_indices())):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_buffer_holds_each_frame_once():
+    """N transitions take about N frames (plus 33 bytes of bookkeeping each), not 8N as whole observation pairs."""
+    dqn_atari = load_script("dqn_atari")
+    n = 10_000
+    rb = dqn_atari.FrameReplayBuffer(n, 1, gym.spaces.Box(0, 255, (4, 84, 84), np.uint8))
+    total = sum(value.nbytes for value in vars(rb).values() if isinstance(value, np.ndarray))
+    assert rb.frames.nbytes == n * 84 * 84
+    assert total <= n * 84 * 84 + n * 33 + 1024, total
+    assert total < 2 * n * 4 * 84 * 84 / 7.5  # the naive buffer: obs and next obs, 4 frames each
+
+
+def test_smoke_with_every_flag(tmp_path):
+    flags = ["--total-timesteps", "600", "--learning-starts", "350", "--buffer-size", "500", "--batch-size", "32"]
+    flags += ["--capture-video", "--save-model", "--track", "--checkpoint-interval", "300", "--checkpoint-buffer"]
+    result = run_script(SCRIPT, *flags, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    videos = {path.parent.name for path in (tmp_path / "videos").rglob("*.mp4")}
+    assert run_dir.name in videos and f"{run_dir.name}-eval" in videos, videos  # training and evaluation games
+    assert (run_dir / "dqn_atari.cleanrl_model").stat().st_size > 0
+    assert (run_dir / "args.json").exists()
+    checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
+    assert checkpoint["global_step"] == 600 and checkpoint["replay_buffer"]["frames"].shape == (1, 500, 84, 84)
+    assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
+    tags = scalar_tags(run_dir)
+    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon"]:
+        assert tag in tags, tag
+    # logged every 100 gradient steps (every 400 env steps), once learning has started
+    assert [step for step, _ in scalars(run_dir, "losses/td_loss")] == [400]
+    assert [step for step, _ in scalars(run_dir, "losses/q_values")] == [400]
+    # whole games: Breakout's five lives take far more than the ~30 agent steps of one
+    assert all(length > 100 for _, length in scalars(run_dir, "charts/episodic_length"))
+    eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
+    assert len(eval_returns) == 10 and all(r >= 0 for r in eval_returns)
+
+
+def test_killed_run_resumes_to_the_same_weights_with_the_buffer(tmp_path):
+    """With --checkpoint-buffer the resumed run has everything the uninterrupted one had, the emulators' states
+    included (ALE envs do not pickle them): identical weights at the end."""
+    flags = ["--total-timesteps", "1200", "--learning-starts", "600", *SMALL, "--seed", "3"]
+    flags += ["--checkpoint-interval", "400", "--checkpoint-buffer", "--save-model"]
+    run_dir = check_killed_run_resumes_to_the_same_weights(SCRIPT, flags, tmp_path, "losses/q_values")
+    checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
+    assert checkpoint["global_step"] == 1200 and checkpoint["envs"] is not None
+    assert checkpoint["replay_buffer"]["counts"][0] > 1200  # a frame per step, plus one per episode start
+
+
+def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path):
+    """SIGTERM mid-run: a checkpoint without the buffer (the default), exit code 143 and a line saying how to
+    resume. The resumed run continues the games where they were, refills an empty buffer for --learning-starts
+    steps without an update, then learns on."""
+    flags = ["--total-timesteps", "1000000", "--learning-starts", "300", *SMALL]
+    process = start_script(SCRIPT, *flags, cwd=tmp_path)
+    wait_for(lambda: list((tmp_path / "runs").rglob("events.out.tfevents.*")), process)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    assert f"--resume {run_dir.relative_to(tmp_path)}" in stderr
+    checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
+    stopped = checkpoint["global_step"]
+    assert 0 < stopped < 1_000_000 and checkpoint["replay_buffer"] is None and checkpoint["envs"] is not None
+
+    end = stopped + 800
+    result = run_script(SCRIPT, "--resume", str(run_dir), "--total-timesteps", str(end), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"refilling it for 300 steps, learning again after step {stopped + 300}" in result.stderr
+    assert "starting new games" not in result.stderr
+    after = [step for step, _ in scalars(run_dir, "losses/q_values") if step > stopped]
+    assert after == [step for step in range(400, end + 1, 400) if step > stopped + 300], (stopped, after)
+
+
+BAD_INPUTS = [
+    (["--env-id", "CartPole-v1"], ["CartPole-v1", "not images", "dqn.py"]),
+    (["--env-id", "NoSuchGameNoFrameskip-v4"], ["--env-id NoSuchGameNoFrameskip-v4"]),
+    (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
+    (["--buffer-size", "0"], ["--buffer-size must be positive"]),
+    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint"]),
+]
+
+
+@pytest.mark.parametrize("flags, fragments", BAD_INPUTS)
+def test_bad_input_is_one_clear_line(tmp_path, flags, fragments):
+    result = run_script(SCRIPT, *flags, cwd=tmp_path)
+    assert_clean_failure(result, *fragments)
+    assert not (tmp_path / "runs").exists(), "a bad input started a run"
