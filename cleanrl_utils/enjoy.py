@@ -26,10 +26,12 @@ from cleanrl_utils.reproduce import CLEANRL_SCRIPTS
 EVALUATORS = {
     "ppo": ("cleanrl_utils.evals.ppo_eval", "Agent", True),
     "ppo_atari": ("cleanrl_utils.evals.ppo_eval", "Agent", True),
+    "ppo_atari_lstm": ("cleanrl_utils.evals.ppo_atari_lstm_eval", "Agent", True),
     "dqn": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),
     "dqn_atari": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),
     "pqn": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),
     "c51": ("cleanrl_utils.evals.c51_eval", "QNetwork", True),
+    "c51_atari": ("cleanrl_utils.evals.c51_eval", "QNetwork", True),
     "dqn_jax": ("cleanrl_utils.evals.dqn_jax_eval", "QNetwork", False),
     "c51_jax": ("cleanrl_utils.evals.c51_jax_eval", "QNetwork", False),
     "ppo_continuous_action": ("cleanrl_utils.evals.ppo_continuous_action_eval", "Agent", True),

@@ -1,5 +1,5 @@
-"""cleanrl/ppo_atari.py: the Atari preprocessing on the real ALE, the network, env state across a checkpoint, smoke with
-every flag, resume, SIGTERM, bad inputs."""
+"""cleanrl/ppo_atari.py and ppo_atari_lstm.py: the Atari preprocessing on the real ALE, the networks, env state across
+a checkpoint, the LSTM's resets and replay, smoke with every flag, resume, SIGTERM, bad inputs (both scripts)."""
 
 import json
 
@@ -19,7 +19,10 @@ from helpers import (
     scalars,
 )
 
-SHORT = ["--num-envs", "2", "--num-steps", "32"]
+SCRIPTS = ["ppo_atari.py", "ppo_atari_lstm.py"]
+# 2 envs x 32 steps; the LSTM script splits minibatches by env, so it takes 2 of them (one env each)
+SHORT = {"ppo_atari.py": ["--num-envs", "2", "--num-steps", "32"]}
+SHORT["ppo_atari_lstm.py"] = [*SHORT["ppo_atari.py"], "--num-minibatches", "2"]
 
 
 @pytest.fixture(autouse=True)
@@ -175,9 +178,129 @@ def test_gae_is_ppos():
         np.testing.assert_array_equal(x, y)
 
 
-def test_smoke_with_every_flag(tmp_path):
+def test_lstm_script_sees_one_frame_per_observation():
+    env = load_script("ppo_atari_lstm").make_env("BreakoutNoFrameskip-v4", 0, False, "test")()
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (1, 84, 84) and obs.dtype == np.uint8 and env.observation_space.shape == (1, 84, 84)
+    obs, *_ = env.step(1)
+    assert obs.shape == (1, 84, 84) and obs.dtype == np.uint8
+    env.close()
+
+
+def lstm_agent(n_actions=4, seed=0):
+    torch.manual_seed(seed)
+    spaces = {"single_action_space": gym.spaces.Discrete(n_actions)}
+    return load_script("ppo_atari_lstm").Agent(type("Envs", (), spaces))
+
+
+def test_lstm_network_shapes_and_init():
+    agent = lstm_agent(n_actions=6)
+    shapes = [tuple(p.shape) for name, p in agent.network.named_parameters() if name.endswith("weight")]
+    assert shapes == [(32, 1, 8, 8), (64, 32, 4, 4), (64, 64, 3, 3), (512, 3136)]
+    assert (agent.lstm.input_size, agent.lstm.hidden_size, agent.lstm.num_layers) == (512, 128, 1)
+    w_ih, w_hh = agent.lstm.weight_ih_l0.detach(), agent.lstm.weight_hh_l0.detach()  # (512, 512), (512, 128)
+    torch.testing.assert_close(w_ih @ w_ih.T, torch.eye(512), atol=1e-5, rtol=0)  # orthogonal, gain 1
+    torch.testing.assert_close(w_hh.T @ w_hh, torch.eye(128), atol=1e-5, rtol=0)
+    actor, critic = agent.actor.weight.detach(), agent.critic.weight.detach()
+    assert actor.shape == (6, 128) and critic.shape == (1, 128)
+    torch.testing.assert_close(actor @ actor.T, 0.01**2 * torch.eye(6), atol=1e-7, rtol=0)  # orthogonal, std 0.01
+    torch.testing.assert_close(critic.norm(), torch.tensor(1.0))  # std 1
+    assert all(not b.any() for name, b in agent.named_parameters() if "bias" in name)
+
+
+def test_get_states_zeroes_the_state_exactly_where_an_episode_ended():
+    agent = lstm_agent()
+    T, N = 6, 3
+    frames = torch.randint(0, 256, (T * N, 1, 84, 84), dtype=torch.uint8)
+    done = torch.zeros(T, N)
+    done[2, 1] = 1  # env 1 starts a new episode at step 2; env 2 at steps 0 and 4; env 0 never
+    done[0, 2] = done[4, 2] = 1
+    state = (torch.randn(1, N, 128), torch.randn(1, N, 128))
+    with torch.no_grad():
+        outputs, last_state = agent.get_states(frames, state, done.flatten())
+        outputs = outputs.reshape(T, N, 128)
+        x = (agent.network(frames.float() / 255.0)).reshape(T, N, 512)
+
+        def unrolled(env, start, stop, from_state):  # nn.LSTM over the steps in one call: no resets
+            h, c = from_state
+            return agent.lstm(x[start:stop, env : env + 1], (h[:, env : env + 1], c[:, env : env + 1]))
+
+        zeros = agent.initial_state(N)
+        # env 0 is an LSTM unrolled over the whole sequence from its state
+        expected, (h0, c0) = unrolled(0, 0, T, state)
+        torch.testing.assert_close(outputs[:, 0], expected[:, 0])
+        torch.testing.assert_close(last_state[0][:, 0], h0[:, 0])
+        torch.testing.assert_close(last_state[1][:, 0], c0[:, 0])
+        # env 1 as unrolled up to its reset, then from zeros
+        torch.testing.assert_close(outputs[:2, 1], unrolled(1, 0, 2, state)[0][:, 0])
+        torch.testing.assert_close(outputs[2:, 1], unrolled(1, 2, T, zeros)[0][:, 0])
+        # env 2 from zeros twice (its carried-in state never counts)
+        torch.testing.assert_close(outputs[:4, 2], unrolled(2, 0, 4, zeros)[0][:, 0])
+        torch.testing.assert_close(outputs[4:, 2], unrolled(2, 4, T, zeros)[0][:, 0])
+
+        # exactly: another state before the reset changes nothing after it, bit for bit, and only that env
+        other = (state[0].clone(), state[1].clone())
+        other[0][:, 1:] += 1.0
+        other[1][:, 1:] -= 1.0
+        other_outputs = agent.get_states(frames, other, done.flatten())[0].reshape(T, N, 128)
+        assert torch.equal(other_outputs[2:, 1], outputs[2:, 1]) and torch.equal(other_outputs[:, 2], outputs[:, 2])
+        assert not torch.equal(other_outputs[:2, 1], outputs[:2, 1])
+        assert torch.equal(other_outputs[:, 0], outputs[:, 0])
+
+
+def test_the_rollout_start_state_replays_the_values_the_rollout_computed():
+    """The script acts step by step, carrying (h, c) and resetting where an episode ended; its update replays the
+    rollout (and each env's sequence alone, as a minibatch) from the state stored at the rollout's start."""
+    ppo_atari_lstm = load_script("ppo_atari_lstm")
+    envs = gym.vector.SyncVectorEnv(
+        [ppo_atari_lstm.make_env("BreakoutNoFrameskip-v4", i, False, "test") for i in range(2)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    agent = lstm_agent(n_actions=4, seed=1)
+    T, N = 96, 2
+    next_obs, _ = envs.reset(seed=2)
+    next_state, next_done = agent.initial_state(N), torch.zeros(N)
+    with torch.no_grad():  # a first rollout, so the second starts from a state that is not zeros
+        for _ in range(10):
+            action, next_state = agent.get_action(torch.as_tensor(next_obs), next_state, next_done)
+            next_obs, _, terminated, truncated, _ = envs.step(action.numpy())
+            next_done = torch.as_tensor(terminated | truncated, dtype=torch.float32)
+        initial_state = (next_state[0].clone(), next_state[1].clone())
+        obs, dones, actions, values = [], [], [], []
+        for _ in range(T):
+            obs.append(next_obs)
+            dones.append(next_done)
+            hidden, next_state = agent.get_states(torch.as_tensor(next_obs), next_state, next_done)
+            values.append(agent.critic(hidden).flatten())
+            action = agent.actor(hidden).argmax(dim=-1)
+            actions.append(action)
+            next_obs, _, terminated, truncated, _ = envs.step(action.numpy())
+            next_done = torch.as_tensor(terminated | truncated, dtype=torch.float32)
+        envs.close()
+        b_obs, b_dones = torch.as_tensor(np.concatenate(obs)), torch.stack(dones).flatten()
+        b_actions, values = torch.stack(actions).flatten(), torch.stack(values)
+        assert b_dones.sum() >= 2, "the rollout should hold lost lives"
+        assert initial_state[0].abs().sum() > 0
+
+        _, _, replayed = agent.evaluate_actions(b_obs, initial_state, b_dones, b_actions)
+        torch.testing.assert_close(replayed.reshape(T, N), values)
+        _, last_state = agent.get_states(b_obs, initial_state, b_dones)
+        torch.testing.assert_close(last_state, next_state)
+        # a minibatch of env 1 alone: its steps of the time-major batch, from its own start state
+        mb_inds = torch.arange(T * N).reshape(T, N)[:, [1]].flatten()
+        mb_state = (initial_state[0][:, [1]], initial_state[1][:, [1]])
+        _, _, replayed = agent.evaluate_actions(b_obs[mb_inds], mb_state, b_dones[mb_inds], b_actions[mb_inds])
+        torch.testing.assert_close(replayed, values[:, 1])
+        # from zeros instead, the values before the first reset differ: the stored state matters
+        _, _, from_zeros = agent.evaluate_actions(b_obs, agent.initial_state(N), b_dones, b_actions)
+        assert not torch.allclose(from_zeros.reshape(T, N)[0], values[0])
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_smoke_with_every_flag(tmp_path, script):
+    name = script[: -len(".py")]
     result = run_script(
-        "ppo_atari.py", *SHORT, "--total-timesteps", "512", "--capture-video", "--save-model", "--track",
+        script, *SHORT[script], "--total-timesteps", "512", "--capture-video", "--save-model", "--track",
         "--checkpoint-interval", "256", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -187,10 +310,10 @@ def test_smoke_with_every_flag(tmp_path):
     video = cv2.VideoCapture(str(videos[0]))
     assert (video.get(cv2.CAP_PROP_FRAME_HEIGHT), video.get(cv2.CAP_PROP_FRAME_WIDTH)) == (210, 160)  # the real frames
     assert video.get(cv2.CAP_PROP_FRAME_COUNT) > 200  # a whole game at every frame, not 84x84 agent views
-    assert (run_dir / "ppo_atari.cleanrl_model").stat().st_size > 0
+    assert (run_dir / f"{name}.cleanrl_model").stat().st_size > 0
     assert (run_dir / "checkpoint.pt").exists()
     saved = json.loads((run_dir / "args.json").read_text())
-    assert saved["script"] == "ppo_atari.py" and saved["args"]["total_timesteps"] == 512
+    assert saved["script"] == script and saved["args"]["total_timesteps"] == 512
     assert saved["args"]["env_id"] == "BreakoutNoFrameskip-v4" and saved["args"]["clip_coef"] == 0.1
     assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
     tags = scalar_tags(run_dir)
@@ -206,32 +329,45 @@ def test_smoke_with_every_flag(tmp_path):
     assert len(eval_returns) == 10 and all(r >= 0 and r == int(r) for r in eval_returns)
     assert "evaluation over 10 games" in result.stdout
     assert list((tmp_path / "videos").glob(f"{run_dir.name}-eval/*.mp4")), "the evaluation recorded no video"
+    if script == "ppo_atari_lstm.py":  # the checkpoint carries the LSTM's memory of the games in progress
+        checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+        h, c = checkpoint["next_lstm_state"]
+        assert h.shape == c.shape == (1, 2, 128) and h.abs().sum() > 0 and checkpoint["next_done"].shape == (2,)
 
 
-def test_killed_run_resumes_to_the_same_weights(tmp_path):
-    flags = [*SHORT, "--total-timesteps", "384", "--seed", "3", "--save-model", "--checkpoint-interval", "64"]
-    run_dir = check_killed_run_resumes_to_the_same_weights("ppo_atari.py", flags, tmp_path, "charts/SPS")
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_killed_run_resumes_to_the_same_weights(tmp_path, script):
+    flags = [*SHORT[script], "--total-timesteps", "384", "--seed", "3", "--save-model", "--checkpoint-interval", "64"]
+    run_dir = check_killed_run_resumes_to_the_same_weights(script, flags, tmp_path, "charts/SPS")
     assert [step for step, _ in scalars(run_dir, "charts/SPS")] == list(range(64, 384 + 1, 64))
 
 
-def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_sigterm_checkpoints_and_exits_nonzero(tmp_path, script):
     # the default configuration (8 envs x 128 steps); the resumed run does one more rollout
-    check_sigterm_checkpoints_and_resumes("ppo_atari.py", tmp_path, long_budget=10_000_000, resume_budget=2048)
+    check_sigterm_checkpoints_and_resumes(script, tmp_path, long_budget=10_000_000, resume_budget=2048)
+
+
+BAD_INPUTS = [
+    (["--env-id", "CartPole-v1"], ["--env-id CartPole-v1 is not an Atari game", "use ppo.py"]),
+    (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
+    (["--env-id", "ALE/NoSuchGame-v5"], ["--env-id ALE/NoSuchGame-v5"]),
+    (["--num-envs", "0"], ["--num-envs must be positive"]),
+    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint.pt"]),
+]
 
 
 @pytest.mark.parametrize(
-    "flags, fragments",
-    [
-        (["--env-id", "CartPole-v1"], ["--env-id CartPole-v1 is not an Atari game", "use ppo.py"]),
-        (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
-        (["--env-id", "ALE/NoSuchGame-v5"], ["--env-id ALE/NoSuchGame-v5"]),
-        (["--num-minibatches", "3"], ["--num-minibatches 3 must divide", "1024"]),
-        (["--num-envs", "0"], ["--num-envs must be positive"]),
-        (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint.pt"]),
+    "script, flags, fragments",
+    [(script, flags, fragments) for script in SCRIPTS for flags, fragments in BAD_INPUTS]
+    + [
+        ("ppo_atari.py", ["--num-minibatches", "3"], ["--num-minibatches 3 must divide", "1024"]),
+        # minibatches are split by env: 4 divides the batch of 2 x 128 steps, not the 2 envs
+        ("ppo_atari_lstm.py", ["--num-envs", "2", "--num-minibatches", "4"], ["--num-minibatches 4 must divide --num-envs 2"]),
     ],
 )
-def test_bad_input_is_one_clear_line(tmp_path, flags, fragments):
-    result = run_script("ppo_atari.py", *flags, cwd=tmp_path)
+def test_bad_input_is_one_clear_line(tmp_path, script, flags, fragments):
+    result = run_script(script, *flags, cwd=tmp_path)
     assert_clean_failure(result, *fragments)
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert not (tmp_path / "runs").exists(), "a bad input started a run"
+    assert not (tmp_path / "runs").exists(), f"a bad input started a run: {script}"

@@ -1,6 +1,8 @@
-"""cleanrl/dqn_atari.py: its frame-deduplicating replay buffer against a real ALE game, the buffer's memory, and the
-script as a user runs it (smoke with every flag, resume with and without the buffer, SIGTERM, bad inputs)."""
+"""cleanrl/dqn_atari.py and c51_atari.py: the frame-deduplicating replay buffer (one class, copied) against a real ALE
+game, the buffer's memory, C51's projection and distributional head, and both scripts as a user runs them (smoke with
+every flag, resume with and without the buffer, SIGTERM, bad inputs)."""
 
+import ast
 import signal
 import time
 
@@ -9,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import (
+    REPO,
     assert_clean_failure,
     check_killed_run_resumes_to_the_same_weights,
     checkpoint_files,
@@ -16,13 +19,15 @@ from helpers import (
     load_script,
     only_run_dir,
     run_script,
+    run_utility,
     scalar_tags,
     scalars,
     start_script,
     wait_for,
 )
 
-SCRIPT = "dqn_atari.py"
+SCRIPTS = ["dqn_atari.py", "c51_atari.py"]
+LOSS_TAG = {"dqn_atari.py": "losses/td_loss", "c51_atari.py": "losses/loss"}
 SMALL = ["--buffer-size", "1000", "--batch-size", "32"]
 
 
@@ -120,16 +125,64 @@ def test_buffer_holds_each_frame_once():
     assert total < 2 * n * 4 * 84 * 84 / 7.5  # the naive buffer: obs and next obs, 4 frames each
 
 
-def test_smoke_with_every_flag(tmp_path):
+def class_source(script, name):
+    source = (REPO / "cleanrl" / script).read_text()
+    return next(ast.get_source_segment(source, node) for node in ast.parse(source).body if getattr(node, "name", "") == name)
+
+
+def test_c51_atari_shares_dqn_ataris_buffer_and_c51s_projection():
+    """c51_atari.py copies dqn_atari.py's FrameReplayBuffer (so the buffer tests above cover it) and c51.py's
+    projection: on random distributions, rewards and terminations, over the Atari support, the two give the same
+    target, which keeps all of its probability mass."""
+    c51_atari, c51 = load_script("c51_atari"), load_script("c51")
+    assert class_source("c51_atari.py", "FrameReplayBuffer") == class_source("dqn_atari.py", "FrameReplayBuffer")
+    generator = torch.Generator().manual_seed(0)
+    atoms = torch.linspace(-10, 10, 51)
+    next_pmfs = torch.softmax(3 * torch.randn(256, 51, generator=generator), dim=1)
+    # clipped rewards as Atari gives them, and rewards off the grid and beyond the support
+    rewards = torch.cat([torch.randint(-1, 2, (128,), generator=generator).float(), 25 * torch.randn(128, generator=generator)])
+    terminations = (torch.rand(256, generator=generator) < 0.3).float()
+    for gamma in [0.99, 1.0]:  # gamma 1 with reward 0 lands every atom exactly on itself (lower == upper)
+        target = c51_atari.project_distribution(next_pmfs, rewards, terminations, gamma, atoms)
+        torch.testing.assert_close(target, c51.project_distribution(next_pmfs, rewards, terminations, gamma, atoms))
+        torch.testing.assert_close(target.sum(dim=1), torch.ones(256))
+        assert (target >= 0).all()
+        # where an episode terminated, the target is r alone: its mean is r clipped to the support
+        done = terminations.bool()
+        torch.testing.assert_close((target[done] * atoms).sum(dim=1), rewards[done].clamp(-10, 10), atol=1e-4, rtol=0)
+
+
+def test_c51_atari_network_on_real_frames():
+    """On Breakout's uint8 observations, a distribution over the 51 atoms of [-10, 10] per action, and the greedy
+    action is the one of highest expected return."""
+    c51_atari = load_script("c51_atari")
+    envs = gym.vector.SyncVectorEnv([c51_atari.make_env("BreakoutNoFrameskip-v4", 0, False, "test")])
+    obs, _ = envs.reset(seed=0)
+    torch.manual_seed(0)
+    q_network = c51_atari.QNetwork(envs)
+    pmfs = q_network(torch.as_tensor(obs))
+    assert pmfs.shape == (1, 4, 51) and torch.allclose(pmfs.sum(dim=2), torch.ones(1, 4))
+    torch.testing.assert_close(q_network.atoms, torch.linspace(-10, 10, 51))
+    action, action_pmf = q_network.get_action(torch.as_tensor(obs))
+    assert action.item() == (pmfs * q_network.atoms).sum(dim=2).argmax(dim=1).item()
+    torch.testing.assert_close(action_pmf, pmfs[0, action])
+    # the float observations of the evaluator give the same distributions as the uint8 ones of training
+    torch.testing.assert_close(q_network(torch.as_tensor(obs, dtype=torch.float32)), pmfs)
+    envs.close()
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_smoke_with_every_flag(tmp_path, script):
     flags = ["--total-timesteps", "600", "--learning-starts", "350", "--buffer-size", "500", "--batch-size", "32"]
     flags += ["--capture-video", "--save-model", "--track", "--checkpoint-interval", "300", "--checkpoint-buffer"]
-    result = run_script(SCRIPT, *flags, cwd=tmp_path)
+    result = run_script(script, *flags, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     videos = {path.parent.name for path in (tmp_path / "videos").rglob("*.mp4")}
     assert run_dir.name in videos and f"{run_dir.name}-eval" in videos, videos  # training and evaluation games
-    assert (run_dir / "dqn_atari.cleanrl_model").stat().st_size > 0
+    model = run_dir / f"{script[: -len('.py')]}.cleanrl_model"
+    assert model.stat().st_size > 0
     assert (run_dir / "args.json").exists()
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
     assert checkpoint["global_step"] == 600 and checkpoint["replay_buffer"]["frames"].shape == (1, 500, 84, 84)
@@ -138,31 +191,38 @@ def test_smoke_with_every_flag(tmp_path):
     for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon"]:
         assert tag in tags, tag
     # logged every 100 gradient steps (every 400 env steps), once learning has started
-    assert [step for step, _ in scalars(run_dir, "losses/td_loss")] == [400]
+    assert [step for step, _ in scalars(run_dir, LOSS_TAG[script])] == [400]
     assert [step for step, _ in scalars(run_dir, "losses/q_values")] == [400]
     # whole games: Breakout's five lives take far more than the ~30 agent steps of one
     assert all(length > 100 for _, length in scalars(run_dir, "charts/episodic_length"))
     eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
     assert len(eval_returns) == 10 and all(r >= 0 for r in eval_returns)
+    # enjoy with the run's evaluation seed loads the very weights saved and replays the same games (the first 3)
+    result = run_utility("enjoy", "--model-path", str(model), "--seed", "100001", "--eval-episodes", "3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    played = [float(line.split()[-1]) for line in result.stdout.splitlines() if line.startswith("episode ")]
+    assert played == eval_returns[:3], (played, eval_returns)
 
 
-def test_killed_run_resumes_to_the_same_weights_with_the_buffer(tmp_path):
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_killed_run_resumes_to_the_same_weights_with_the_buffer(tmp_path, script):
     """With --checkpoint-buffer the resumed run has everything the uninterrupted one had, the emulators' states
     included (ALE envs do not pickle them): identical weights at the end."""
     flags = ["--total-timesteps", "1200", "--learning-starts", "600", *SMALL, "--seed", "3"]
     flags += ["--checkpoint-interval", "400", "--checkpoint-buffer", "--save-model"]
-    run_dir = check_killed_run_resumes_to_the_same_weights(SCRIPT, flags, tmp_path, "losses/q_values")
+    run_dir = check_killed_run_resumes_to_the_same_weights(script, flags, tmp_path, "losses/q_values")
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
     assert checkpoint["global_step"] == 1200 and checkpoint["envs"] is not None
     assert checkpoint["replay_buffer"]["counts"][0] > 1200  # a frame per step, plus one per episode start
 
 
-def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path):
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path, script):
     """SIGTERM mid-run: a checkpoint without the buffer (the default), exit code 143 and a line saying how to
     resume. The resumed run continues the games where they were, refills an empty buffer for --learning-starts
     steps without an update, then learns on."""
     flags = ["--total-timesteps", "1000000", "--learning-starts", "300", *SMALL]
-    process = start_script(SCRIPT, *flags, cwd=tmp_path)
+    process = start_script(script, *flags, cwd=tmp_path)
     wait_for(lambda: list((tmp_path / "runs").rglob("events.out.tfevents.*")), process)
     time.sleep(1.0)
     process.send_signal(signal.SIGTERM)
@@ -175,7 +235,7 @@ def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path):
     assert 0 < stopped < 1_000_000 and checkpoint["replay_buffer"] is None and checkpoint["envs"] is not None
 
     end = stopped + 800
-    result = run_script(SCRIPT, "--resume", str(run_dir), "--total-timesteps", str(end), cwd=tmp_path)
+    result = run_script(script, "--resume", str(run_dir), "--total-timesteps", str(end), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"refilling it for 300 steps, learning again after step {stopped + 300}" in result.stderr
     assert "starting new games" not in result.stderr
@@ -184,16 +244,25 @@ def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path):
 
 
 BAD_INPUTS = [
-    (["--env-id", "CartPole-v1"], ["CartPole-v1", "not images", "dqn.py"]),
+    (["--env-id", "CartPole-v1"], ["CartPole-v1", "not images", "{peer}"]),
     (["--env-id", "NoSuchGameNoFrameskip-v4"], ["--env-id NoSuchGameNoFrameskip-v4"]),
     (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
     (["--buffer-size", "0"], ["--buffer-size must be positive"]),
     (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint"]),
 ]
+C51_BAD_INPUTS = [
+    (["--n-atoms", "1"], ["--n-atoms must be at least 2, got 1"]),
+    (["--v-min", "10", "--v-max", "-10"], ["--v-min 10.0 must be below --v-max -10.0"]),
+]
 
 
-@pytest.mark.parametrize("flags, fragments", BAD_INPUTS)
-def test_bad_input_is_one_clear_line(tmp_path, flags, fragments):
-    result = run_script(SCRIPT, *flags, cwd=tmp_path)
-    assert_clean_failure(result, *fragments)
+BAD_INPUT_CASES = [(script, *case) for script in SCRIPTS for case in BAD_INPUTS]
+BAD_INPUT_CASES += [("c51_atari.py", *case) for case in C51_BAD_INPUTS]
+
+
+@pytest.mark.parametrize("script, flags, fragments", BAD_INPUT_CASES, ids=[f"{c[0]} {' '.join(c[1])}" for c in BAD_INPUT_CASES])
+def test_bad_input_is_one_clear_line(tmp_path, script, flags, fragments):
+    result = run_script(script, *flags, cwd=tmp_path)
+    peer = script.replace("_atari", "")  # the script for vector observations
+    assert_clean_failure(result, *[fragment.format(peer=peer) for fragment in fragments])
     assert not (tmp_path / "runs").exists(), "a bad input started a run"

@@ -12,14 +12,20 @@ def make_eval_envs(make_env: Callable, env_id: str, capture_video: bool, run_nam
     )
 
 
-def play_episodes(envs: gym.vector.VectorEnv, act: Callable, eval_episodes: int, seed: int) -> list[float]:
+def play_episodes(
+    envs: gym.vector.VectorEnv, act: Callable, eval_episodes: int, seed: int, episode_ended: Callable | None = None
+) -> list[float]:
     """Step `envs` with `act(obs) -> actions` until RecordEpisodeStatistics has reported `eval_episodes` episodes;
     their undiscounted returns. An episode end it does not report does not count: a wrapper above it may end episodes
-    early (the Atari scripts' EpisodicLifeEnv ends one at each lost life; the statistics cover the whole game)."""
+    early (the Atari scripts' EpisodicLifeEnv ends one at each lost life; the statistics cover the whole game).
+    `episode_ended(mask)`, if given, hears after each step which envs' episodes ended (a recurrent policy resets its
+    state there)."""
     obs, _ = envs.reset(seed=seed)
     episodic_returns = []
     while len(episodic_returns) < eval_episodes:
-        obs, _, _, _, infos = envs.step(act(obs))
+        obs, _, terminations, truncations, infos = envs.step(act(obs))
+        if episode_ended is not None:
+            episode_ended(terminations | truncations)
         if "final_info" in infos:
             for i in np.flatnonzero(infos["final_info"].get("_episode", [])):
                 episodic_returns.append(float(infos["final_info"]["episode"]["r"][i]))
