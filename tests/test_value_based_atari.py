@@ -140,7 +140,9 @@ def test_c51_atari_shares_dqn_ataris_buffer_and_c51s_projection():
     atoms = torch.linspace(-10, 10, 51)
     next_pmfs = torch.softmax(3 * torch.randn(256, 51, generator=generator), dim=1)
     # clipped rewards as Atari gives them, and rewards off the grid and beyond the support
-    rewards = torch.cat([torch.randint(-1, 2, (128,), generator=generator).float(), 25 * torch.randn(128, generator=generator)])
+    rewards = torch.cat(
+        [torch.randint(-1, 2, (128,), generator=generator).float(), 25 * torch.randn(128, generator=generator)]
+    )
     terminations = (torch.rand(256, generator=generator) < 0.3).float()
     for gamma in [0.99, 1.0]:  # gamma 1 with reward 0 lands every atom exactly on itself (lower == upper)
         target = c51_atari.project_distribution(next_pmfs, rewards, terminations, gamma, atoms)
@@ -260,7 +262,9 @@ BAD_INPUT_CASES = [(script, *case) for script in SCRIPTS for case in BAD_INPUTS]
 BAD_INPUT_CASES += [("c51_atari.py", *case) for case in C51_BAD_INPUTS]
 
 
-@pytest.mark.parametrize("script, flags, fragments", BAD_INPUT_CASES, ids=[f"{c[0]} {' '.join(c[1])}" for c in BAD_INPUT_CASES])
+@pytest.mark.parametrize(
+    "script, flags, fragments", BAD_INPUT_CASES, ids=[f"{c[0]} {' '.join(c[1])}" for c in BAD_INPUT_CASES]
+)
 def test_bad_input_is_one_clear_line(tmp_path, script, flags, fragments):
     result = run_script(script, *flags, cwd=tmp_path)
     peer = script.replace("_atari", "")  # the script for vector observations
