@@ -10,7 +10,6 @@ import sys
 import time
 
 import torch
-
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -163,18 +162,24 @@ def check_killed_run_resumes_to_the_same_weights(script: str, flags: list[str], 
     return run_dir
 
 
+def sigterm_mid_run(script: str, flags: list[str], tmp_path: pathlib.Path, delay: float = 1.0):
+    """Start a run, SIGTERM it `delay` seconds after its first log: it must exit with 143 and say how to resume.
+    Returns its run folder and the checkpoint it wrote."""
+    process = start_script(script, *flags, cwd=tmp_path)
+    wait_for(lambda: list((tmp_path / "runs").rglob("events.out.tfevents.*")), process)
+    time.sleep(delay)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    assert f"--resume {run_dir.relative_to(tmp_path)}" in stderr
+    return run_dir, load_checkpoint(checkpoint_files(run_dir)[0])
+
+
 def check_sigterm_checkpoints_and_resumes(script: str, tmp_path: pathlib.Path, long_budget: int, resume_budget: int):
     """SIGTERM mid-run: a checkpoint, exit code 143 and a line saying how to resume; resuming with a new
     --total-timesteps then finishes."""
-    process = start_script(script, "--total-timesteps", str(long_budget), cwd=tmp_path)
-    wait_for(lambda: list((tmp_path / "runs").rglob("events.out.tfevents.*")), process)
-    time.sleep(1.0)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 128 + signal.SIGTERM, stderr
-    run_dir = only_run_dir(tmp_path)
-    assert f"--resume {run_dir.relative_to(tmp_path)}" in stderr
-    checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
+    run_dir, checkpoint = sigterm_mid_run(script, ["--total-timesteps", str(long_budget)], tmp_path)
     assert 0 < checkpoint["global_step"] < long_budget
     result = run_script(script, "--resume", str(run_dir), "--total-timesteps", str(resume_budget), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -12,9 +12,7 @@ import math
 import os
 import pickle
 import runpy
-import signal
 import sys
-import time
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -33,8 +31,7 @@ from helpers import (
     run_script,
     scalar_tags,
     scalars,
-    start_script,
-    wait_for,
+    sigterm_mid_run,
 )
 from scipy.stats import norm
 
@@ -713,15 +710,7 @@ def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path, s
     learns on; Pendulum's episodes go on where they were."""
     flags = ["--env-id", "Pendulum-v1", "--total-timesteps", "1000000", "--learning-starts", "500"]
     flags += ["--batch-size", "32", "--buffer-size", "5000"]
-    process = start_script(script, *flags, cwd=tmp_path)
-    wait_for(lambda: list((tmp_path / "runs").rglob("events.out.tfevents.*")), process)
-    time.sleep(1.5)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
-    run_dir = only_run_dir(tmp_path)
-    assert f"--resume {run_dir.relative_to(tmp_path)}" in stderr
-    checkpoint = checkpoint_of(run_dir, script)
+    run_dir, checkpoint = sigterm_mid_run(script, flags, tmp_path, delay=1.5)
     stopped = checkpoint["global_step"]
     assert 0 < stopped < 1_000_000 and checkpoint["replay_buffer"] is None and checkpoint["envs"] is not None
 

@@ -3,8 +3,6 @@ game, the buffer's memory, C51's projection and distributional head, and both sc
 every flag, resume with and without the buffer, SIGTERM, bad inputs)."""
 
 import ast
-import signal
-import time
 
 import gymnasium as gym
 import numpy as np
@@ -22,8 +20,7 @@ from helpers import (
     run_utility,
     scalar_tags,
     scalars,
-    start_script,
-    wait_for,
+    sigterm_mid_run,
 )
 
 SCRIPTS = ["dqn_atari.py", "c51_atari.py"]
@@ -224,15 +221,7 @@ def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path, s
     resume. The resumed run continues the games where they were, refills an empty buffer for --learning-starts
     steps without an update, then learns on."""
     flags = ["--total-timesteps", "1000000", "--learning-starts", "300", *SMALL]
-    process = start_script(script, *flags, cwd=tmp_path)
-    wait_for(lambda: list((tmp_path / "runs").rglob("events.out.tfevents.*")), process)
-    time.sleep(1.0)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
-    run_dir = only_run_dir(tmp_path)
-    assert f"--resume {run_dir.relative_to(tmp_path)}" in stderr
-    checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
+    run_dir, checkpoint = sigterm_mid_run(script, flags, tmp_path)
     stopped = checkpoint["global_step"]
     assert 0 < stopped < 1_000_000 and checkpoint["replay_buffer"] is None and checkpoint["envs"] is not None
 
