@@ -332,8 +332,10 @@ SWEEPS = sorted(path for path in (REPO / "benchmark").glob("*.sh") if not path.n
 
 @pytest.mark.parametrize("sweep", SWEEPS, ids=[path.stem for path in SWEEPS])
 def test_every_sweep_script_lists_three_seeds_of_its_script_on_registered_envs(sweep):
+    import ale_py
     import gymnasium as gym
 
+    gym.register_envs(ale_py)  # the Atari sweeps' ids
     result = subprocess.run(["bash", str(sweep), "--workers", "0"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     commands = [line.split() for line in result.stdout.splitlines() if line.startswith("python cleanrl/")]
