@@ -37,6 +37,8 @@ EVALUATORS = {
     "qdagger_dqn_atari_impalacnn": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),
     "dqn_jax": ("cleanrl_utils.evals.dqn_jax_eval", "QNetwork", False),
     "c51_jax": ("cleanrl_utils.evals.c51_jax_eval", "QNetwork", False),
+    "dqn_atari_jax": ("cleanrl_utils.evals.dqn_jax_eval", "QNetwork", False),
+    "c51_atari_jax": ("cleanrl_utils.evals.c51_jax_eval", "QNetwork", False),
     "ppo_continuous_action": ("cleanrl_utils.evals.ppo_continuous_action_eval", "Agent", True),
     "rpo_continuous_action": ("cleanrl_utils.evals.ppo_continuous_action_eval", "Agent", True),
     "ddpg_continuous_action": ("cleanrl_utils.evals.ddpg_eval", "Actor", True),

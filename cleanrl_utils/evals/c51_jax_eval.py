@@ -1,4 +1,5 @@
-"""Evaluate a model saved by `cleanrl/c51_jax.py --save-model`: play episodes epsilon-greedily, return their scores."""
+"""Evaluate a model saved by `cleanrl/c51_jax.py` or `c51_atari_jax.py --save-model`: play episodes epsilon-greedily,
+return their scores."""
 
 from collections.abc import Callable
 

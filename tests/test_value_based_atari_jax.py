@@ -1,0 +1,205 @@
+"""cleanrl/dqn_atari_jax.py and c51_atari_jax.py, the JAX twins of dqn_atari.py and c51_atari.py: the pieces they copy
+from their torch twins (make_env, FrameReplayBuffer, whose tests in test_value_based_atari.py therefore cover them),
+the flax Nature CNN on real frames, C51's projection in jax.numpy against the torch one, and both scripts as a user
+runs them (smoke with every flag, resume to the same weights, SIGTERM, bad inputs)."""
+
+import ast
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from helpers import (
+    REPO,
+    assert_clean_failure,
+    check_killed_run_resumes_to_the_same_weights,
+    checkpoint_files,
+    load_checkpoint,
+    load_script,
+    only_run_dir,
+    run_script,
+    scalar_tags,
+    scalars,
+    sigterm_mid_run,
+)
+
+SCRIPTS = ["dqn_atari_jax.py", "c51_atari_jax.py"]
+LOSS_TAG = {"dqn_atari_jax.py": "losses/td_loss", "c51_atari_jax.py": "losses/loss"}
+EVALUATOR = {"dqn_atari_jax.py": "dqn_jax_eval", "c51_atari_jax.py": "c51_jax_eval"}
+SMALL = ["--buffer-size", "1000", "--batch-size", "32"]
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread(monkeypatch):
+    """The test machine's 2 cores are shared (torch's threads, in the twins these tests import, fight for them)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def top_level_source(script, name):
+    source = (REPO / "cleanrl" / script).read_text()
+    return next(ast.get_source_segment(source, node) for node in ast.parse(source).body if getattr(node, "name", "") == name)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_copies_its_torch_twins_env_and_buffer(script):
+    """The preprocessing, the frame-once replay buffer, the transitions it is fed and the checkpointed emulator state
+    are the torch twin's, character for character: the twins train on the same data."""
+    twin = script.replace("_jax", "")
+    shared = ["make_env", "FrameReplayBuffer", "real_next_observations", "linear_schedule", "pickle_envs", "unpickle_envs"]
+    for name in shared:
+        assert top_level_source(script, name) == top_level_source(twin, name), name
+
+
+def flax_and_torch_networks(name):
+    """The script's flax QNetwork, its parameters and its output on two real Breakout observations (uint8), with the
+    torch twin's QNetwork built for the same env."""
+    script, twin = load_script(name), load_script(name.replace("_jax", ""))
+    envs = gym.vector.SyncVectorEnv([script.make_env("BreakoutNoFrameskip-v4", i, False, "test") for i in range(2)])
+    obs, _ = envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(12):  # random play, past the reset's repeated frames
+        obs, *_ = envs.step(rng.integers(envs.single_action_space.n, size=2))
+    assert obs.dtype == np.uint8 and obs.shape == (2, 4, 84, 84) and (obs[0] != obs[1]).any()
+    n_actions = envs.single_action_space.n
+    q_network = script.QNetwork(action_dim=n_actions)
+    params = q_network.init(jax.random.PRNGKey(0), obs)
+    torch_network = twin.QNetwork(envs)
+    envs.close()
+    return q_network, params, obs, n_actions, torch_network
+
+
+@pytest.mark.parametrize("name", ["dqn_atari_jax", "c51_atari_jax"])
+def test_network_on_real_frames(name):
+    """The flax Nature CNN has exactly the torch twin's layers (the same number of weights), gives one output per
+    action (a distribution's logits over 51 atoms for C51) on uint8 frames, and the evaluators' float32 frames give
+    the same outputs as training's uint8 ones."""
+    q_network, params, obs, n_actions, torch_network = flax_and_torch_networks(name)
+    n_params = sum(leaf.size for leaf in jax.tree_util.tree_leaves(params))
+    assert n_params == sum(p.numel() for p in torch_network.parameters()), n_params
+    out = q_network.apply(params, obs)
+    assert out.shape == ((2, n_actions) if name == "dqn_atari_jax" else (2, n_actions, 51)), out.shape
+    assert out.dtype == jnp.float32 and bool(jnp.isfinite(out).all())
+    np.testing.assert_allclose(q_network.apply(params, obs.astype(np.float32)), out, rtol=1e-6, atol=1e-6)
+    assert not np.allclose(out[0], out[1]), "two different observations should give different outputs"
+    # it sees the frames scaled to [0, 1]: an all-white stack (255) stays in a sane range for a fresh network
+    white = q_network.apply(params, np.full_like(obs, 255))
+    assert float(jnp.abs(white).max()) < 100
+
+
+def test_c51_projection_equals_the_torch_twins():
+    """c51_atari_jax.project_distribution (jax.numpy, as c51_jax.py's) gives the target of c51_atari.py's torch one on
+    random distributions, clipped and off-grid rewards beyond the support, and terminations; it keeps all the mass."""
+    c51_atari_jax, c51_atari = load_script("c51_atari_jax"), load_script("c51_atari")
+    rng = np.random.default_rng(0)
+    atoms = np.linspace(-10, 10, 51, dtype=np.float32)
+    logits = 3 * rng.standard_normal((256, 51)).astype(np.float32)
+    next_pmfs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    rewards = np.concatenate([rng.integers(-1, 2, 128), 25 * rng.standard_normal(128)]).astype(np.float32)
+    terminations = (rng.random(256) < 0.3).astype(np.float32)
+    for gamma in [0.99, 1.0]:  # gamma 1 with reward 0 lands every atom exactly on itself (lower == upper)
+        inputs = (next_pmfs, rewards, terminations)
+        target = np.asarray(c51_atari_jax.project_distribution(*map(jnp.asarray, inputs), gamma, jnp.asarray(atoms)))
+        expected = c51_atari.project_distribution(*map(torch.from_numpy, inputs), gamma, torch.from_numpy(atoms)).numpy()
+        # float32: XLA and torch round the fractional atom index b (up to ~50) differently in its last bits
+        np.testing.assert_allclose(target, expected, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(target.sum(axis=1), np.ones(256), rtol=1e-5)
+        assert (target >= 0).all()
+        done = terminations.astype(bool)  # a terminal target is r alone: its mean is r clipped to the support
+        np.testing.assert_allclose((target[done] * atoms).sum(axis=1), rewards[done].clip(-10, 10), atol=1e-4)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_smoke_with_every_flag(tmp_path, script):
+    flags = ["--total-timesteps", "600", "--learning-starts", "350", "--buffer-size", "500", "--batch-size", "32"]
+    flags += ["--capture-video", "--save-model", "--track", "--checkpoint-interval", "300", "--checkpoint-buffer"]
+    result = run_script(script, *flags, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    videos = {path.parent.name for path in (tmp_path / "videos").rglob("*.mp4")}
+    assert run_dir.name in videos and f"{run_dir.name}-eval" in videos, videos  # training and evaluation games
+    model = run_dir / f"{script[: -len('.py')]}.cleanrl_model"
+    assert model.stat().st_size > 0
+    assert (run_dir / "args.json").exists()
+    checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
+    assert checkpoint_files(run_dir)[0].name == "checkpoint.pkl"
+    assert checkpoint["global_step"] == 600 and checkpoint["replay_buffer"]["frames"].shape == (1, 500, 84, 84)
+    assert int(checkpoint["q_state"]["step"]) == 600 // 4 - 350 // 4  # a gradient step every 4th step after 350
+    assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
+    tags = scalar_tags(run_dir)
+    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon"]:
+        assert tag in tags, tag
+    # logged every 100 gradient steps (every 400 env steps), once learning has started
+    assert [step for step, _ in scalars(run_dir, LOSS_TAG[script])] == [400]
+    assert [step for step, _ in scalars(run_dir, "losses/q_values")] == [400]
+    # whole games: Breakout's five lives take far more than the ~30 agent steps of one
+    assert all(length > 100 for _, length in scalars(run_dir, "charts/episodic_length"))
+    eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
+    assert len(eval_returns) == 10 and all(r >= 0 for r in eval_returns)
+    # the evaluator (as enjoy calls it), with the run's evaluation seed, loads the very weights saved and replays the
+    # same games (the first 3)
+    evaluator = __import__(f"cleanrl_utils.evals.{EVALUATOR[script]}", fromlist=["evaluate"])
+    module = load_script(script[: -len(".py")])
+    kwargs = {"Model": module.QNetwork, "capture_video": False, "seed": 100001}
+    played = evaluator.evaluate(str(model), module.make_env, "BreakoutNoFrameskip-v4", 3, "replay", **kwargs)
+    assert played == eval_returns[:3], (played, eval_returns)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_killed_run_resumes_to_the_same_weights_with_the_buffer(tmp_path, script):
+    """With --checkpoint-buffer the resumed run has everything the uninterrupted one had (train state, buffer, RNGs,
+    the emulators' states): the saved flax parameters are byte-identical at the end (JAX on the CPU computes the same
+    jitted update bit for bit from the same inputs)."""
+    flags = ["--total-timesteps", "1200", "--learning-starts", "600", *SMALL, "--seed", "3"]
+    flags += ["--checkpoint-interval", "400", "--checkpoint-buffer", "--save-model"]
+    run_dir = check_killed_run_resumes_to_the_same_weights(script, flags, tmp_path, "losses/q_values")
+    checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
+    assert checkpoint["global_step"] == 1200 and checkpoint["envs"] is not None
+    assert checkpoint["replay_buffer"]["counts"][0] > 1200  # a frame per step, plus one per episode start
+    assert int(checkpoint["q_state"]["step"]) == 1200 // 4 - 600 // 4
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path, script):
+    """SIGTERM mid-run: a checkpoint without the buffer (the default), exit code 143 and a line saying how to
+    resume. The resumed run continues the games where they were, refills an empty buffer for --learning-starts
+    steps without an update, then learns on."""
+    flags = ["--total-timesteps", "1000000", "--learning-starts", "300", *SMALL]
+    run_dir, checkpoint = sigterm_mid_run(script, flags, tmp_path)
+    stopped = checkpoint["global_step"]
+    assert 0 < stopped < 1_000_000 and checkpoint["replay_buffer"] is None and checkpoint["envs"] is not None
+
+    end = stopped + 800
+    result = run_script(script, "--resume", str(run_dir), "--total-timesteps", str(end), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"refilling it for 300 steps, learning again after step {stopped + 300}" in result.stderr
+    assert "starting new games" not in result.stderr
+    after = [step for step, _ in scalars(run_dir, "losses/q_values") if step > stopped]
+    assert after == [step for step in range(400, end + 1, 400) if step > stopped + 300], (stopped, after)
+
+
+BAD_INPUTS = [
+    (["--env-id", "CartPole-v1"], ["CartPole-v1", "not images", "{peer}"]),
+    (["--env-id", "NoSuchGameNoFrameskip-v4"], ["--env-id NoSuchGameNoFrameskip-v4"]),
+    (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
+    (["--buffer-size", "0"], ["--buffer-size must be positive"]),
+    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint.pkl"]),
+]
+SPECIFIC_BAD_INPUTS = [
+    ("dqn_atari_jax.py", ["--tau", "1.5"], ["--tau must be in (0, 1], got 1.5"]),
+    ("c51_atari_jax.py", ["--n-atoms", "1"], ["--n-atoms must be at least 2, got 1"]),
+    ("c51_atari_jax.py", ["--v-min", "10", "--v-max", "-10"], ["--v-min 10.0 must be below --v-max -10.0"]),
+]
+BAD_INPUT_CASES = [(script, *case) for script in SCRIPTS for case in BAD_INPUTS] + SPECIFIC_BAD_INPUTS
+
+
+@pytest.mark.parametrize(
+    "script, flags, fragments", BAD_INPUT_CASES, ids=[f"{c[0]} {' '.join(c[1])}" for c in BAD_INPUT_CASES]
+)
+def test_bad_input_is_one_clear_line(tmp_path, script, flags, fragments):
+    result = run_script(script, *flags, cwd=tmp_path)
+    peer = script.replace("_atari", "")  # the JAX script for vector observations: dqn_jax.py, c51_jax.py
+    assert_clean_failure(result, *[fragment.format(peer=peer) for fragment in fragments])
+    assert not (tmp_path / "runs").exists(), "a bad input started a run"
