@@ -93,6 +93,32 @@ def assert_clean_failure(result: subprocess.CompletedProcess, *expected_fragment
         assert fragment in result.stderr, (fragment, result.stderr)
 
 
+def run_with_every_flag(script: str, flags: list[str], tmp_path: pathlib.Path) -> pathlib.Path:
+    """Run a script with `flags`, which hold --capture-video --save-model --track: it exits cleanly, records videos of
+    its training and of its evaluation, saves its model and args.json, and writes an offline W&B run. The run folder."""
+    result = run_script(script, *flags, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    videos = {path.parent.name for path in (tmp_path / "videos").rglob("*.mp4")}
+    assert run_dir.name in videos and f"{run_dir.name}-eval" in videos, videos
+    assert (run_dir / f"{script[: -len('.py')]}.cleanrl_model").stat().st_size > 0
+    assert (run_dir / "args.json").exists()
+    assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
+    return run_dir
+
+
+def check_enjoy_replays_the_evaluation(run_dir: pathlib.Path, tmp_path: pathlib.Path, games: int = 3):
+    """enjoy, given the run's evaluation seed (the run's seed 1 + 100000), loads the very weights saved and replays the
+    games of the run's own evaluation."""
+    eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
+    model = run_dir / f"{run_dir.name.split('__')[1]}.cleanrl_model"
+    result = run_utility("enjoy", "--model-path", str(model), "--seed", "100001", "--eval-episodes", str(games), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    played = [float(line.split()[-1]) for line in result.stdout.splitlines() if line.startswith("episode ")]
+    assert played == eval_returns[:games], (played, eval_returns)
+
+
 def load_script(name: str):
     """Import cleanrl/<name>.py as a module, as a test of its pure pieces would (importing must not train)."""
     spec = importlib.util.spec_from_file_location(name, REPO / "cleanrl" / f"{name}.py")

@@ -13,12 +13,14 @@ import torch
 from helpers import (
     REPO,
     assert_clean_failure,
+    check_enjoy_replays_the_evaluation,
     check_killed_run_resumes_to_the_same_weights,
     checkpoint_files,
     load_checkpoint,
     load_script,
     only_run_dir,
     run_script,
+    run_with_every_flag,
     scalar_tags,
     scalars,
     sigterm_mid_run,
@@ -135,10 +137,7 @@ def test_smoke_with_every_flag(tmp_path, teacher):
     flags = ["--teacher-model-path", str(teacher), "--teacher-steps", "50", "--offline-steps", "3", *SMALL]
     flags += ["--total-timesteps", "400", "--learning-starts", "388", "--capture-video", "--save-model", "--track"]
     flags += ["--checkpoint-interval", "400", "--checkpoint-buffer"]
-    result = run_script(SCRIPT, *flags, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    run_dir = only_run_dir(tmp_path)
+    run_dir = run_with_every_flag(SCRIPT, flags, tmp_path)
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
     assert checkpoint["phase"] == "online" and checkpoint["global_step"] == 400
     assert (checkpoint["teacher_step"], checkpoint["offline_step"]) == (50, 3)
@@ -163,18 +162,9 @@ def test_smoke_with_every_flag(tmp_path, teacher):
     assert {"charts/episodic_return", "charts/episodic_length", "charts/SPS"} <= tags
     assert all(step > 3 for step, _ in scalars(run_dir, "charts/episodic_return"))
     assert all(length > 100 for _, length in scalars(run_dir, "charts/episodic_length"))  # whole games, 5 lives
-
-    videos = {path.parent.name for path in (tmp_path / "videos").rglob("*.mp4")}
-    assert run_dir.name in videos and f"{run_dir.name}-eval" in videos, videos
-    model = run_dir / "qdagger_dqn_atari_impalacnn.cleanrl_model"
     eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
     assert len(eval_returns) == 10 and all(r >= 0 for r in eval_returns)
-    # the evaluator (as enjoy runs it) loads the saved IMPALA student and replays the run's first evaluation games
-    replayed = evaluate(str(model), qdagger.make_env, "BreakoutNoFrameskip-v4", 2, "r", qdagger.QNetwork,
-                        capture_video=False, seed=1 + 100_000)  # fmt: skip
-    assert replayed == eval_returns[:2]
-    assert (run_dir / "args.json").exists()
-    assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
+    check_enjoy_replays_the_evaluation(run_dir, tmp_path, games=2)  # the saved IMPALA student
 
 
 def test_run_killed_in_the_offline_phase_resumes_there_to_the_same_weights(tmp_path, teacher):

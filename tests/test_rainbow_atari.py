@@ -1,6 +1,7 @@
 """cleanrl/rainbow_atari.py: its prioritized n-step frame-once replay buffer (sampling in proportion to priority,
 importance weights, sum tree; n-step returns on hand-made trajectories and on a real ALE game), the noisy layers and
-the dueling distributional head, and the script as a user runs it (smoke with every flag, resume, SIGTERM, bad inputs)."""
+the dueling distributional head, and the script as a user runs it (smoke with every flag, resume, bad inputs;
+its SIGTERM test is test_value_based_atari.py's)."""
 
 import inspect
 
@@ -10,15 +11,15 @@ import pytest
 import torch
 from helpers import (
     assert_clean_failure,
+    check_enjoy_replays_the_evaluation,
     check_killed_run_resumes_to_the_same_weights,
     checkpoint_files,
     load_checkpoint,
     load_script,
-    only_run_dir,
     run_script,
+    run_with_every_flag,
     scalar_tags,
     scalars,
-    sigterm_mid_run,
 )
 
 SCRIPT = "rainbow_atari.py"
@@ -282,18 +283,10 @@ def test_projection_is_c51s():
 def test_smoke_with_every_flag(tmp_path):
     flags = ["--total-timesteps", "600", "--learning-starts", "350", "--buffer-size", "500", "--batch-size", "32"]
     flags += ["--capture-video", "--save-model", "--track", "--checkpoint-interval", "300", "--checkpoint-buffer"]
-    result = run_script(SCRIPT, *flags, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    run_dir = only_run_dir(tmp_path)
-    videos = {path.parent.name for path in (tmp_path / "videos").rglob("*.mp4")}
-    assert run_dir.name in videos and f"{run_dir.name}-eval" in videos, videos  # training and evaluation games
-    model = run_dir / "rainbow_atari.cleanrl_model"
-    assert model.stat().st_size > 0 and (run_dir / "args.json").exists()
+    run_dir = run_with_every_flag(SCRIPT, flags, tmp_path)
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
     assert checkpoint["global_step"] == 600 and checkpoint["replay_buffer"]["frames"].shape == (1, 500, 84, 84)
     assert checkpoint["replay_buffer"]["tree"][1] > 0 and checkpoint["replay_buffer"]["max_priority"] > 0
-    assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
     assert {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/beta"} <= scalar_tags(run_dir)
     # logged every 100 gradient steps (every 400 env steps), once learning has started
     for tag in ["losses/loss", "losses/q_values", "charts/beta"]:
@@ -304,13 +297,7 @@ def test_smoke_with_every_flag(tmp_path):
     assert all(length > 100 for _, length in scalars(run_dir, "charts/episodic_length"))
     eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
     assert len(eval_returns) == 10 and all(r >= 0 for r in eval_returns)
-    # the evaluator with the run's evaluation seed loads the very weights saved and replays the same games
-    from cleanrl_utils.evals.rainbow_eval import evaluate
-
-    rainbow = load_script("rainbow_atari")
-    kwargs = dict(Model=rainbow.QNetwork, capture_video=False, seed=100001)
-    played = evaluate(str(model), rainbow.make_env, "BreakoutNoFrameskip-v4", 2, "replay", **kwargs)
-    assert played == eval_returns[:2], (played, eval_returns)
+    check_enjoy_replays_the_evaluation(run_dir, tmp_path, games=2)
 
 
 def test_killed_run_resumes_to_the_same_weights_with_the_buffer(tmp_path):
@@ -322,23 +309,6 @@ def test_killed_run_resumes_to_the_same_weights_with_the_buffer(tmp_path):
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
     assert checkpoint["global_step"] == 600 and checkpoint["envs"] is not None  # the last checkpoint: every 300 steps
     assert checkpoint["replay_buffer"]["counts"][0] > 600  # a frame per step, plus one per episode start
-
-
-def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path):
-    """SIGTERM mid-run: a checkpoint without the buffer (the default), exit code 143 and a line saying how to resume.
-    The resumed run continues the games where they were, refills an empty buffer for --learning-starts steps without
-    an update, then learns on."""
-    flags = ["--total-timesteps", "1000000", "--learning-starts", "300", *SMALL]
-    run_dir, checkpoint = sigterm_mid_run(SCRIPT, flags, tmp_path)
-    stopped = checkpoint["global_step"]
-    assert 0 < stopped < 1_000_000 and checkpoint["replay_buffer"] is None and checkpoint["envs"] is not None
-    end = stopped + 800
-    result = run_script(SCRIPT, "--resume", str(run_dir), "--total-timesteps", str(end), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert f"refilling it for 300 steps, learning again after step {stopped + 300}" in result.stderr
-    assert "starting new games" not in result.stderr
-    after = [step for step, _ in scalars(run_dir, "losses/q_values") if step > stopped]
-    assert after == [step for step in range(400, end + 1, 400) if step > stopped + 300], (stopped, after)
 
 
 BAD_INPUTS = [

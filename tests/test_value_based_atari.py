@@ -1,6 +1,7 @@
 """cleanrl/dqn_atari.py and c51_atari.py: the frame-deduplicating replay buffer (one class, copied) against a real ALE
 game, the buffer's memory, C51's projection and distributional head, and both scripts as a user runs them (smoke with
-every flag, resume with and without the buffer, SIGTERM, bad inputs)."""
+every flag, resume with and without the buffer, SIGTERM, bad inputs); the SIGTERM test covers rainbow_atari.py and the
+JAX twins too."""
 
 import ast
 
@@ -11,13 +12,13 @@ import torch
 from helpers import (
     REPO,
     assert_clean_failure,
+    check_enjoy_replays_the_evaluation,
     check_killed_run_resumes_to_the_same_weights,
     checkpoint_files,
     load_checkpoint,
     load_script,
-    only_run_dir,
     run_script,
-    run_utility,
+    run_with_every_flag,
     scalar_tags,
     scalars,
     sigterm_mid_run,
@@ -174,18 +175,9 @@ def test_c51_atari_network_on_real_frames():
 def test_smoke_with_every_flag(tmp_path, script):
     flags = ["--total-timesteps", "600", "--learning-starts", "350", "--buffer-size", "500", "--batch-size", "32"]
     flags += ["--capture-video", "--save-model", "--track", "--checkpoint-interval", "300", "--checkpoint-buffer"]
-    result = run_script(script, *flags, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    run_dir = only_run_dir(tmp_path)
-    videos = {path.parent.name for path in (tmp_path / "videos").rglob("*.mp4")}
-    assert run_dir.name in videos and f"{run_dir.name}-eval" in videos, videos  # training and evaluation games
-    model = run_dir / f"{script[: -len('.py')]}.cleanrl_model"
-    assert model.stat().st_size > 0
-    assert (run_dir / "args.json").exists()
+    run_dir = run_with_every_flag(script, flags, tmp_path)
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
     assert checkpoint["global_step"] == 600 and checkpoint["replay_buffer"]["frames"].shape == (1, 500, 84, 84)
-    assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
     tags = scalar_tags(run_dir)
     for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon"]:
         assert tag in tags, tag
@@ -196,11 +188,7 @@ def test_smoke_with_every_flag(tmp_path, script):
     assert all(length > 100 for _, length in scalars(run_dir, "charts/episodic_length"))
     eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
     assert len(eval_returns) == 10 and all(r >= 0 for r in eval_returns)
-    # enjoy with the run's evaluation seed loads the very weights saved and replays the same games (the first 3)
-    result = run_utility("enjoy", "--model-path", str(model), "--seed", "100001", "--eval-episodes", "3", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    played = [float(line.split()[-1]) for line in result.stdout.splitlines() if line.startswith("episode ")]
-    assert played == eval_returns[:3], (played, eval_returns)
+    check_enjoy_replays_the_evaluation(run_dir, tmp_path)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -215,7 +203,8 @@ def test_killed_run_resumes_to_the_same_weights_with_the_buffer(tmp_path, script
     assert checkpoint["replay_buffer"]["counts"][0] > 1200  # a frame per step, plus one per episode start
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+# the same behaviour in the whole value-based Atari family (their other tests are in their own modules)
+@pytest.mark.parametrize("script", [*SCRIPTS, "rainbow_atari.py", "dqn_atari_jax.py", "c51_atari_jax.py"])
 def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path, script):
     """SIGTERM mid-run: a checkpoint without the buffer (the default), exit code 143 and a line saying how to
     resume. The resumed run continues the games where they were, refills an empty buffer for --learning-starts

@@ -1,7 +1,8 @@
 """cleanrl/dqn_atari_jax.py and c51_atari_jax.py, the JAX twins of dqn_atari.py and c51_atari.py: the pieces they copy
 from their torch twins (make_env, FrameReplayBuffer, whose tests in test_value_based_atari.py therefore cover them),
 the flax Nature CNN on real frames, C51's projection in jax.numpy against the torch one, and both scripts as a user
-runs them (smoke with every flag, resume to the same weights, SIGTERM, bad inputs)."""
+runs them (smoke with every flag, resume to the same weights, bad inputs; their SIGTERM test is
+test_value_based_atari.py's)."""
 
 import ast
 
@@ -14,20 +15,19 @@ import torch
 from helpers import (
     REPO,
     assert_clean_failure,
+    check_enjoy_replays_the_evaluation,
     check_killed_run_resumes_to_the_same_weights,
     checkpoint_files,
     load_checkpoint,
     load_script,
-    only_run_dir,
     run_script,
+    run_with_every_flag,
     scalar_tags,
     scalars,
-    sigterm_mid_run,
 )
 
 SCRIPTS = ["dqn_atari_jax.py", "c51_atari_jax.py"]
 LOSS_TAG = {"dqn_atari_jax.py": "losses/td_loss", "c51_atari_jax.py": "losses/loss"}
-EVALUATOR = {"dqn_atari_jax.py": "dqn_jax_eval", "c51_atari_jax.py": "c51_jax_eval"}
 SMALL = ["--buffer-size", "1000", "--batch-size", "32"]
 
 
@@ -114,20 +114,11 @@ def test_c51_projection_equals_the_torch_twins():
 def test_smoke_with_every_flag(tmp_path, script):
     flags = ["--total-timesteps", "600", "--learning-starts", "350", "--buffer-size", "500", "--batch-size", "32"]
     flags += ["--capture-video", "--save-model", "--track", "--checkpoint-interval", "300", "--checkpoint-buffer"]
-    result = run_script(script, *flags, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    run_dir = only_run_dir(tmp_path)
-    videos = {path.parent.name for path in (tmp_path / "videos").rglob("*.mp4")}
-    assert run_dir.name in videos and f"{run_dir.name}-eval" in videos, videos  # training and evaluation games
-    model = run_dir / f"{script[: -len('.py')]}.cleanrl_model"
-    assert model.stat().st_size > 0
-    assert (run_dir / "args.json").exists()
+    run_dir = run_with_every_flag(script, flags, tmp_path)
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
     assert checkpoint_files(run_dir)[0].name == "checkpoint.pkl"
     assert checkpoint["global_step"] == 600 and checkpoint["replay_buffer"]["frames"].shape == (1, 500, 84, 84)
     assert int(checkpoint["q_state"]["step"]) == 600 // 4 - 350 // 4  # a gradient step every 4th step after 350
-    assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
     tags = scalar_tags(run_dir)
     for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon"]:
         assert tag in tags, tag
@@ -138,13 +129,7 @@ def test_smoke_with_every_flag(tmp_path, script):
     assert all(length > 100 for _, length in scalars(run_dir, "charts/episodic_length"))
     eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
     assert len(eval_returns) == 10 and all(r >= 0 for r in eval_returns)
-    # the evaluator (as enjoy calls it), with the run's evaluation seed, loads the very weights saved and replays the
-    # same games (the first 3)
-    evaluator = __import__(f"cleanrl_utils.evals.{EVALUATOR[script]}", fromlist=["evaluate"])
-    module = load_script(script[: -len(".py")])
-    kwargs = {"Model": module.QNetwork, "capture_video": False, "seed": 100001}
-    played = evaluator.evaluate(str(model), module.make_env, "BreakoutNoFrameskip-v4", 3, "replay", **kwargs)
-    assert played == eval_returns[:3], (played, eval_returns)
+    check_enjoy_replays_the_evaluation(run_dir, tmp_path)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -159,25 +144,6 @@ def test_killed_run_resumes_to_the_same_weights_with_the_buffer(tmp_path, script
     assert checkpoint["global_step"] == 1200 and checkpoint["envs"] is not None
     assert checkpoint["replay_buffer"]["counts"][0] > 1200  # a frame per step, plus one per episode start
     assert int(checkpoint["q_state"]["step"]) == 1200 // 4 - 600 // 4
-
-
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path, script):
-    """SIGTERM mid-run: a checkpoint without the buffer (the default), exit code 143 and a line saying how to
-    resume. The resumed run continues the games where they were, refills an empty buffer for --learning-starts
-    steps without an update, then learns on."""
-    flags = ["--total-timesteps", "1000000", "--learning-starts", "300", *SMALL]
-    run_dir, checkpoint = sigterm_mid_run(script, flags, tmp_path)
-    stopped = checkpoint["global_step"]
-    assert 0 < stopped < 1_000_000 and checkpoint["replay_buffer"] is None and checkpoint["envs"] is not None
-
-    end = stopped + 800
-    result = run_script(script, "--resume", str(run_dir), "--total-timesteps", str(end), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert f"refilling it for 300 steps, learning again after step {stopped + 300}" in result.stderr
-    assert "starting new games" not in result.stderr
-    after = [step for step, _ in scalars(run_dir, "losses/q_values") if step > stopped]
-    assert after == [step for step in range(400, end + 1, 400) if step > stopped + 300], (stopped, after)
 
 
 BAD_INPUTS = [
