@@ -25,11 +25,7 @@ SHORT = {"ppo_atari.py": ["--num-envs", "2", "--num-steps", "32"]}
 SHORT["ppo_atari_lstm.py"] = [*SHORT["ppo_atari.py"], "--num-minibatches", "2"]
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread(monkeypatch):
-    """The scripts run with the tests on two shared, busy cores; torch's threads then spin-wait on each other (an
-    action of the CNN took 260 ms on 2 threads against 7 ms on 1 here). The scripts run inherit this variable."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def load_ppo_atari():

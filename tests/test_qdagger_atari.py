@@ -30,10 +30,7 @@ SCRIPT = "qdagger_dqn_atari_impalacnn.py"
 SMALL = ["--buffer-size", "1000", "--batch-size", "32", "--teacher-eval-episodes", "2"]
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread(monkeypatch):
-    """The test machine's 2 cores are shared: torch's threads fighting for them make a CNN update 10x slower."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -27,10 +27,7 @@ SMALL = ["--buffer-size", "1000", "--batch-size", "32"]
 TINY_FRAMES = gym.spaces.Box(0, 255, (4, 2, 2), np.uint8)  # 2x2 "frames": the buffer works for any frame shape
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread(monkeypatch):
-    """The test machine's 2 cores are shared: torch's threads fighting for them make a CNN update 10x slower."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -29,10 +29,7 @@ SCRIPT = "sac_atari.py"
 SMALL = ["--buffer-size", "1000", "--batch-size", "8"]  # a gradient step of the five CNNs costs ~0.3 s here at batch 8
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread(monkeypatch):
-    """The test machine's 2 cores are shared: torch's threads fighting for them make a CNN update 10x slower."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 # two states, two actions: pi(.|s) = (0.25, 0.75) and (0.5, 0.5)

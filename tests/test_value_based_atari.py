@@ -29,10 +29,7 @@ LOSS_TAG = {"dqn_atari.py": "losses/td_loss", "c51_atari.py": "losses/loss"}
 SMALL = ["--buffer-size", "1000", "--batch-size", "32"]
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread(monkeypatch):
-    """The test machine's 2 cores are shared: torch's threads fighting for them make a CNN update 10x slower."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def test_buffer_returns_exactly_the_emitted_transitions_of_a_real_game():

@@ -31,10 +31,7 @@ LOSS_TAG = {"dqn_atari_jax.py": "losses/td_loss", "c51_atari_jax.py": "losses/lo
 SMALL = ["--buffer-size", "1000", "--batch-size", "32"]
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread(monkeypatch):
-    """The test machine's 2 cores are shared (torch's threads, in the twins these tests import, fight for them)."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def top_level_source(script, name):
