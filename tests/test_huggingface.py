@@ -13,6 +13,8 @@ from cleanrl_utils.huggingface import package_run, repo_name
 SCRIPTS = sorted(path.name for path in (REPO / "cleanrl").glob("*.py"))
 # no token anywhere: HF_TOKEN empty and a fresh HF_HOME without a stored one
 NO_TOKEN = {"HF_TOKEN": "", "HF_HUB_OFFLINE": "1"}
+# flags a script cannot start without; the token is checked before the teacher's file is read, so it need not exist
+REQUIRED_FLAGS = {"qdagger_dqn_atari_impalacnn.py": ["--teacher-model-path", "teacher.cleanrl_model"]}
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,8 @@ def test_publishing_a_finished_run_can_be_previewed_offline(saved_run, tmp_path)
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_upload_without_a_token_fails_before_training(script, tmp_path):
-    result = run_script(script, "--save-model", "--upload-model", cwd=tmp_path, HF_HOME=str(tmp_path / "hf"), **NO_TOKEN)
+    flags = ["--save-model", "--upload-model", *REQUIRED_FLAGS.get(script, [])]
+    result = run_script(script, *flags, cwd=tmp_path, HF_HOME=str(tmp_path / "hf"), **NO_TOKEN)
     assert_clean_failure(result, "--upload-model", "no Hugging Face token", "hf auth login")
     assert not (tmp_path / "runs").exists(), "training started before the token was checked"
 
