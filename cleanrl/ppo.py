@@ -144,7 +144,7 @@ class Agent(nn.Module):
         return self.critic(x.flatten(1))
 
     def get_action(self, x):
-        """Sample one action per observation: all that acting needs, so the per-step path stays short."""
+        """Sample one action per observation (the evaluation's path; the rollout runs the same in numpy)."""
         logits = self.actor(x.flatten(1))
         # Gumbel-max trick: argmax(logits + Gumbel noise) is a sample from softmax(logits), at a fraction of the
         # cost of torch.distributions
@@ -157,6 +157,16 @@ class Agent(nn.Module):
         logprob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(dim=-1)
         return logprob, entropy, self.critic(x).flatten()
+
+
+def sample_actions(obs, actor_weights, rng):
+    """One action per observation from softmax(actor(obs)), the actor run in numpy: on a few observations, torch's
+    per-call overhead costs more than the arithmetic. Gumbel-max, as in Agent.get_action."""
+    w1, b1, w2, b2, w3, b3 = actor_weights
+    hidden = np.tanh(obs.reshape(len(obs), -1) @ w1.T + b1)
+    hidden = np.tanh(hidden @ w2.T + b2)
+    logits = hidden @ w3.T + b3
+    return (logits - np.log(rng.standard_exponential(logits.shape, dtype=np.float32))).argmax(axis=-1)
 
 
 def compute_gae(rewards, values, last_value, final_values, terminations, episode_ends, gamma, gae_lambda):
@@ -289,6 +299,7 @@ if __name__ == "__main__":
     episode_ends = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     final_obs = np.zeros_like(obs)  # the real last observation where an episode ended (obs[t + 1] is a reset one)
 
+    action_rng = np.random.default_rng(args.seed)  # the policy's sampling noise while acting
     global_step, start_iteration = 0, 1
     if checkpoint is None:
         next_obs, _ = envs.reset(seed=args.seed)
@@ -300,6 +311,7 @@ if __name__ == "__main__":
         random.setstate(checkpoint["rng"]["python"])
         np.random.set_state(checkpoint["rng"]["numpy"])
         torch.set_rng_state(checkpoint["rng"]["torch"])
+        action_rng.bit_generator.state = checkpoint["rng"]["actions"]
         if device.type == "cuda" and checkpoint["rng"]["cuda"] is not None:
             torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
         if checkpoint["envs"] is not None:
@@ -345,6 +357,7 @@ if __name__ == "__main__":
                 "python": random.getstate(),
                 "numpy": np.random.get_state(),
                 "torch": torch.get_rng_state(),
+                "actions": action_rng.bit_generator.state,
                 "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
             },
             "envs": pickle_envs(envs),
@@ -382,12 +395,12 @@ if __name__ == "__main__":
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
+        # the policy the rollout acts with, read once per iteration (on the CPU these arrays are views, no copy)
+        actor_weights = [p.detach().cpu().numpy() for p in agent.actor.parameters()]
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
-
-            with torch.inference_mode():
-                action = agent.get_action(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).cpu().numpy()
+            action = sample_actions(next_obs, actor_weights, action_rng)
             actions[step] = action
 
             next_obs, reward, terminated, truncated, infos = envs.step(action)
