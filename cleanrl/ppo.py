@@ -326,44 +326,24 @@ if __name__ == "__main__":
     if args.track:
         import wandb
 
-        wandb_run = wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            id=wandb_run_id,  # None starts a new W&B run; a resumed run appends to its own
-            resume="allow",
-            save_code=True,
-        )
-        wandb_run_id = wandb_run.id
+        wandb_run_id = wandb.init(
+            project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=vars(args), name=run_name,
+            id=wandb_run_id, resume="allow", save_code=True,  # an id of None starts a new W&B run; a resumed one appends
+        ).id  # fmt: skip
     # on resume, purge_step hides whatever the killed run logged after its last checkpoint: no step repeats
     writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
     if checkpoint is None:
-        writer.add_text(
-            "hyperparameters",
-            "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-        )
+        table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
+        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
 
     def save_checkpoint(iteration):
         state = {
-            "args": asdict(args),
-            "run_name": run_name,
-            "iteration": iteration,
-            "global_step": global_step,
-            "agent": agent.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "rng": {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "torch": torch.get_rng_state(),
-                "actions": action_rng.bit_generator.state,
-                "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
-            },
-            "envs": pickle_envs(envs),
-            "next_obs": next_obs,
-            "wandb_run_id": wandb_run_id,
-        }
+            "args": asdict(args), "run_name": run_name, "iteration": iteration, "global_step": global_step,
+            "agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
+            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "actions": action_rng.bit_generator.state,
+                    "torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else None},
+            "envs": pickle_envs(envs), "next_obs": next_obs, "wandb_run_id": wandb_run_id,
+        }  # fmt: skip
         atomic_save(state, os.path.join(run_dir, "checkpoint.pt"))
 
     # Slurm and spot instances send SIGTERM before killing: finish the iteration, checkpoint, exit non-zero
@@ -372,20 +352,14 @@ if __name__ == "__main__":
 
     recent_returns = deque(maxlen=20)
     on_terminal = sys.stdout.isatty()
+    total_steps = args.num_iterations * args.batch_size
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
     if on_terminal:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[stats]}"),
-            TimeRemainingColumn(),
-        )
-        progress_task = progress.add_task(
-            args.exp_name, total=args.num_iterations * args.batch_size, completed=global_step, stats=""
-        )
+        description, stats = TextColumn("[bold]{task.description}"), TextColumn("{task.fields[stats]}")
+        progress = Progress(description, BarColumn(), MofNCompleteColumn(), stats, TimeRemainingColumn())
+        progress_task = progress.add_task(args.exp_name, total=total_steps, completed=global_step, stats="")
         progress.start()
     start_time, start_step = time.time(), global_step
 
@@ -499,7 +473,7 @@ if __name__ == "__main__":
         if on_terminal:
             progress.update(progress_task, completed=global_step, stats=f"{sps} SPS, {recent}")
         elif iteration % max(1, args.num_iterations // 20) == 0 or iteration == args.num_iterations:
-            print(f"step {global_step}/{args.num_iterations * args.batch_size}, {sps} SPS, {recent}", flush=True)
+            print(f"step {global_step}/{total_steps}, {sps} SPS, {recent}", flush=True)
 
         interval = args.checkpoint_interval
         if (interval and global_step // interval > (global_step - args.batch_size) // interval) or stop_requested.is_set():
@@ -522,15 +496,7 @@ if __name__ == "__main__":
         from cleanrl_utils.evals.ppo_eval import evaluate
 
         episodic_returns = evaluate(
-            model_path,
-            make_env,
-            args.env_id,
-            eval_episodes=10,
-            run_name=f"{run_name}-eval",
-            Model=Agent,
-            device=device,
-            capture_video=args.capture_video,
-            seed=args.seed + 100_000,
+            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Agent, device, args.capture_video, args.seed + 100_000
         )
         for idx, episodic_return in enumerate(episodic_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
