@@ -119,6 +119,15 @@ class QNetwork(nn.Module):
         return self.network(x.flatten(1))
 
 
+def greedy_actions(obs, q_weights):
+    """argmax_a Q(obs, a), the Q-network run in numpy: on one observation, torch's per-call overhead costs more than
+    the arithmetic."""
+    w1, b1, w2, b2, w3, b3 = q_weights
+    hidden = np.maximum(obs.reshape(len(obs), -1) @ w1.T + b1, 0.0)
+    hidden = np.maximum(hidden @ w2.T + b2, 0.0)
+    return (hidden @ w3.T + b3).argmax(axis=1)
+
+
 def linear_schedule(start_e: float, end_e: float, duration: int, t: int) -> float:
     """Epsilon falls linearly from start_e at step 0 to end_e at step `duration`, then stays there."""
     slope = (end_e - start_e) / duration
@@ -352,6 +361,8 @@ if __name__ == "__main__":
         progress.start()
     report_every = max(1, num_iterations // 20)
     start_time, start_step = time.time(), global_step
+    # the weights acting reads: views of the parameters on the CPU, a copy from a GPU (read again after each update)
+    q_weights = [p.detach().cpu().numpy() for p in q_network.parameters()]
 
     for iteration in range(start_iteration, num_iterations + 1):
         global_step += args.num_envs
@@ -360,9 +371,7 @@ if __name__ == "__main__":
         explore = np.random.random(args.num_envs) < epsilon
         actions = np.random.randint(envs.single_action_space.n, size=args.num_envs)
         if not explore.all():
-            with torch.inference_mode():
-                q_values = q_network(torch.as_tensor(obs, dtype=torch.float32, device=device))
-            actions = np.where(explore, actions, q_values.argmax(dim=1).cpu().numpy())
+            actions = np.where(explore, actions, greedy_actions(obs, q_weights))
 
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
 
@@ -394,6 +403,7 @@ if __name__ == "__main__":
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
+                q_weights = [p.detach().cpu().numpy() for p in q_network.parameters()]
 
             # update target network
             if iteration % args.target_network_frequency == 0:

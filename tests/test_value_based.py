@@ -63,6 +63,24 @@ def test_td_target_bootstraps_through_truncation_not_termination():
     torch.testing.assert_close(target, torch.tensor([1.0, 1.0 + 0.9 * 2.0, 0.5 + 0.9 * -1.0]))
 
 
+def test_numpy_acting_is_the_q_networks_argmax():
+    """dqn.py acts with the Q-network's weights in numpy: its greedy actions must be QNetwork's argmax, for any
+    weights and for observations that need flattening."""
+    dqn = load_script("dqn")
+    spaces = {"single_observation_space": gym.spaces.Box(-1, 1, (2, 3)), "single_action_space": gym.spaces.Discrete(5)}
+    q_network = dqn.QNetwork(type("Envs", (), spaces))
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in q_network.parameters():
+            p.add_(torch.randn_like(p))
+    obs = np.random.default_rng(0).normal(size=(500, 2, 3)).astype(np.float32)
+    with torch.no_grad():
+        expected = q_network(torch.as_tensor(obs)).argmax(dim=1).numpy()
+    assert len(np.unique(expected)) >= 3, "the test needs several actions to be someone's argmax"
+    weights = [p.detach().numpy() for p in q_network.parameters()]
+    np.testing.assert_array_equal(dqn.greedy_actions(obs, weights), expected)
+
+
 def test_dqn_jax_td_target_and_sample():
     dqn_jax = load_script("dqn_jax")
     import jax.numpy as jnp
