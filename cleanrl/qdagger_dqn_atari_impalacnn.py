@@ -53,9 +53,9 @@ class Args:
     checkpoint_interval: int = 0
     """steps between checkpoints written to `runs/{run_name}/checkpoint.pt` (0 = off), in each phase's steps"""
     checkpoint_buffer: bool = False
-    """whether checkpoints also hold the phase's replay buffer (7.1 GB at the default size; without it a resumed run
-    refills it: the teacher acts `--teacher-steps` again before the offline updates go on; online, the student acts
-    without learning for `--learning-starts` steps)"""
+    """whether checkpoints also hold the phase's replay buffer (7.1 GB at the default size); without it a resumed run
+    refills it: offline, the teacher acts `--teacher-steps` again; online, the student acts `--learning-starts` steps
+    without learning"""
     resume: str | None = None
     """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
 
@@ -69,9 +69,8 @@ class Args:
     num_envs: int = 1
     """the number of parallel game environments"""
     buffer_size: int = 1000000
-    """the replay memory size in frames, about as many transitions, of the teacher's buffer and of the student's
-    (each 84x84 frame is stored once: 1M take 7.1 GB; the teacher's is freed before the student's fills, so the
-    process peaks at about 8.0 GB RSS at the defaults; see README)"""
+    """the replay memory size in frames (about as many transitions) of the teacher's buffer, then the student's: each
+    84x84 frame is stored once, 1M take 7.1 GB; one buffer at a time, 8.0 GB peak RSS at the defaults (see README)"""
     gamma: float = 0.99
     """the discount factor gamma"""
     tau: float = 1.0
@@ -194,9 +193,8 @@ def distillation_loss(teacher_q, student_q, temperature):
 
 
 def distill_coefficient(student_returns, teacher_mean_return, min_games=10):
-    """How much the student still imitates online: 1 - min(1, student's mean recent score / teacher's mean score),
-    so 0 once the student matches the teacher. 1 until `min_games` whole games give a mean; a teacher that scores
-    <= 0 makes the ratio meaningless: then 1 while the student scores below it, else 0."""
+    """How much the student still imitates online: 1 - min(1, its mean recent score / the teacher's mean score), so 0
+    once it matches the teacher; 1 until `min_games` whole games. A teacher <= 0: 1 while the student is below, else 0."""
     if len(student_returns) < min_games:
         return 1.0
     student_mean = float(np.mean(student_returns))
@@ -417,18 +415,15 @@ if __name__ == "__main__":
         args = tyro.cli(Args, default=Args(**checkpoint["args"]))
 
     positive = ["total_timesteps", "num_envs", "buffer_size", "batch_size", "target_network_frequency", "train_frequency"]
-    for flag in positive + ["teacher_steps", "teacher_eval_episodes"]:
+    for flag in positive + ["teacher_steps", "teacher_eval_episodes", "temperature"]:
         if getattr(args, flag) <= 0:
             fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     for flag in ["checkpoint_interval", "learning_starts", "offline_steps"]:
         if getattr(args, flag) < 0:
             fail(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
-    if not 0.0 < args.exploration_fraction <= 1.0:
-        fail(f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}")
-    if not 0.0 < args.tau <= 1.0:
-        fail(f"--tau must be in (0, 1], got {args.tau}")
-    if args.temperature <= 0:
-        fail(f"--temperature must be positive, got {args.temperature}")
+    for flag in ["exploration_fraction", "tau"]:
+        if not 0.0 < getattr(args, flag) <= 1.0:
+            fail(f"--{flag.replace('_', '-')} must be in (0, 1], got {getattr(args, flag)}")
     if args.batch_size > args.buffer_size:
         fail(f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
     if args.buffer_size < 16 * args.num_envs:  # a stack needs 5 live frames per env; keep a margin
@@ -463,24 +458,20 @@ if __name__ == "__main__":
         for flag in ["buffer_size", "num_envs"]:
             if (saved := checkpoint["args"][flag]) != getattr(args, flag):
                 fail(f"--{flag.replace('_', '-')} {getattr(args, flag)}: the checkpoint's replay buffer has {saved}; keep it")
-    if checkpoint is not None:
-        teacher_weights = checkpoint["teacher"]  # a resumed run needs neither the teacher's file nor the network
-    elif args.teacher_model_repo is not None:  # the user asked for the network
+    teacher_path = args.teacher_model_path
+    if checkpoint is None and args.teacher_model_repo is not None:  # the user asked for the network
         from huggingface_hub import hf_hub_download
 
         try:
             teacher_path = hf_hub_download(args.teacher_model_repo, "dqn_atari.cleanrl_model")
         except (OSError, ValueError) as e:  # offline, no such repository or file
             fail(f"--teacher-model-repo {args.teacher_model_repo}: {type(e).__name__}: {str(e).splitlines()[0]}")
-        teacher_weights = load_teacher(teacher_path, probe_actions.n)
-    else:
-        teacher_weights = load_teacher(args.teacher_model_path, probe_actions.n)
+    # a resumed run needs neither the teacher's file nor the network
+    teacher_weights = checkpoint["teacher"] if checkpoint else load_teacher(teacher_path, probe_actions.n)
 
-    if checkpoint is None:
-        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = f"runs/{run_name}"
-    else:
-        run_name, run_dir = checkpoint["run_name"], args.resume.rstrip("/")
+    run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
+    wandb_run_id = checkpoint["wandb_run_id"] if checkpoint else None  # a resumed run appends to its own W&B run
 
     # seeding
     random.seed(args.seed)
@@ -515,7 +506,6 @@ if __name__ == "__main__":
     recent_returns = deque(maxlen=10)  # the student's last whole games (as the original): the distillation coefficient's
     if checkpoint is None:
         obs, _ = envs.reset(seed=args.seed)
-        wandb_run_id = None
         # on the games (seed) of the student's final evaluation, so that the two scores compare
         teacher_returns = evaluate_teacher(teacher, args.env_id, args.teacher_eval_episodes, args.seed + 100_000, device)
     else:
@@ -545,7 +535,6 @@ if __name__ == "__main__":
             print("warning: the checkpoint holds no env state (it could not be pickled); starting new games", file=sys.stderr)
             obs, _ = envs.reset(seed=args.seed + teacher_step + offline_step + global_step)
             rb.open[:] = False  # the buffer's open episodes were cut: the new ones start new runs of frames
-        wandb_run_id = checkpoint["wandb_run_id"]
     teacher_mean = float(np.mean(teacher_returns))
 
     if args.track:
@@ -553,7 +542,7 @@ if __name__ == "__main__":
 
         wandb_run = wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                                config=vars(args), name=run_name, id=wandb_run_id, resume="allow", save_code=True)  # fmt: skip
-        wandb_run_id = wandb_run.id  # a resumed run appends to its own W&B run
+        wandb_run_id = wandb_run.id
     # TensorBoard's step axis is one for the whole run, so that a resume's purge_step hides exactly what the killed run
     # logged after its checkpoint: offline update k at step k, online env step s at offline_steps + s (as the original)
     writer = SummaryWriter(run_dir, purge_step=offline_step + global_step + 1 if checkpoint is not None else None)
@@ -620,8 +609,7 @@ if __name__ == "__main__":
             teacher_q = teacher(b_obs)
         student_q = q_network(b_obs)
         old_val = student_q.gather(1, b_actions.unsqueeze(1)).squeeze(1)
-        td_loss = F.mse_loss(target, old_val)
-        distill_loss = distillation_loss(teacher_q, student_q, args.temperature)
+        td_loss, distill_loss = F.mse_loss(target, old_val), distillation_loss(teacher_q, student_q, args.temperature)
         loss = td_loss + distill_coeff * distill_loss
         optimizer.zero_grad()
         loss.backward()
@@ -677,7 +665,6 @@ if __name__ == "__main__":
             writer.add_scalar("charts/episodic_return", episodic_return, log_step)
             writer.add_scalar("charts/episodic_length", episodic_length, log_step)
 
-        # training
         if global_step > updates_start:
             if iteration % args.train_frequency == 0:
                 distill_coeff = distill_coefficient(recent_returns, teacher_mean)
@@ -688,8 +675,6 @@ if __name__ == "__main__":
                     writer.add_scalar("charts/distill_coeff", distill_coeff, log_step)
                     writer.add_scalar("charts/epsilon", epsilon, log_step)
                     writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), log_step)
-
-            # update target network
             if iteration % args.target_network_frequency == 0:
                 update_target_network()
 
@@ -705,9 +690,8 @@ if __name__ == "__main__":
         from cleanrl_utils.evals.dqn_eval import evaluate
 
         # 10 games, epsilon 0.05, the seed of the teacher's evaluation: the same games
-        episodic_returns = evaluate(model_path, make_env, args.env_id, eval_episodes=10, run_name=f"{run_name}-eval",
-                                    Model=QNetwork, device=device, epsilon=0.05, capture_video=args.capture_video,
-                                    seed=args.seed + 100_000)  # fmt: skip
+        episodic_returns = evaluate(model_path, make_env, args.env_id, 10, f"{run_name}-eval", QNetwork, device, epsilon=0.05,
+                                    capture_video=args.capture_video, seed=args.seed + 100_000)  # fmt: skip
         for idx, episodic_return in enumerate(episodic_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
         mean, std = np.mean(episodic_returns), np.std(episodic_returns)
