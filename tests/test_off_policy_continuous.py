@@ -337,6 +337,24 @@ def test_sac_twin_critics_are_two_independent_mlps():
         assert parameter.grad[1].abs().sum() == 0 and parameter.grad[0].abs().sum() > 0
 
 
+def test_sac_jax_layers_start_as_the_torch_twins():
+    """sac_continuous_action_jax.py initializes every layer as torch's nn.Linear: weights and biases uniform in
+    +-1/sqrt(fan_in) (flax's default, LeCun-normal weights and zero biases, learned HalfCheetah far slower)."""
+    sac = load_script("sac_continuous_action_jax")
+    obs, actions = np.zeros((1, 17), np.float32), np.zeros((1, 6), np.float32)
+    actor = sac.Actor(action_dim=6, action_scale=jnp.ones(6), action_bias=jnp.zeros(6))
+    networks = [actor.init(jax.random.PRNGKey(0), obs), sac.SoftQNetwork().init(jax.random.PRNGKey(1), obs, actions)]
+    layers = [layer for params in networks for layer in params["params"].values()]
+    assert len(layers) == 7  # the actor's fc1, fc2, fc_mean, fc_logstd; the critic's fc1, fc2, fc3
+    for layer in layers:
+        bound = 1 / math.sqrt(layer["kernel"].shape[0])
+        for values in [np.asarray(layer["kernel"]).ravel(), np.asarray(layer["bias"])]:
+            assert np.abs(values).max() <= bound
+            if values.size >= 256:  # a uniform's spread, not a normal's of std bound (up to ~4 bounds) nor zeros
+                assert abs(values.std() - bound / math.sqrt(3)) < 0.15 * bound / math.sqrt(3)
+                assert np.abs(values).max() > 0.9 * bound
+
+
 # torch computes in float64 here; JAX in float32 (its 64-bit mode is off), so within a looser tolerance
 @pytest.mark.parametrize(
     "name, dtype, tolerance",
