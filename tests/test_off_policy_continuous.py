@@ -337,15 +337,24 @@ def test_sac_twin_critics_are_two_independent_mlps():
         assert parameter.grad[1].abs().sum() == 0 and parameter.grad[0].abs().sum() > 0
 
 
-def test_sac_jax_layers_start_as_the_torch_twins():
-    """sac_continuous_action_jax.py initializes every layer as torch's nn.Linear: weights and biases uniform in
-    +-1/sqrt(fan_in) (flax's default, LeCun-normal weights and zero biases, learned HalfCheetah far slower)."""
-    sac = load_script("sac_continuous_action_jax")
+@pytest.mark.parametrize(
+    "name, critic, layer_count",
+    [
+        ("sac_continuous_action_jax", "SoftQNetwork", 7),  # the actor's fc1, fc2, fc_mean, fc_logstd; fc1-3 of the critic
+        ("td3_continuous_action_jax", "QNetwork", 6),  # the actor's fc1, fc2, fc_mu; the critic's fc1, fc2, fc3
+        ("ddpg_continuous_action_jax", "QNetwork", 6),
+    ],
+)
+def test_jax_layers_start_as_the_torch_twins(name, critic, layer_count):
+    """The JAX scripts initialize every layer as torch's nn.Linear: weights and biases uniform in +-1/sqrt(fan_in)
+    (with flax's default, LeCun-normal weights and zero biases, the JAX SAC learned HalfCheetah far slower)."""
+    script = load_script(name)
     obs, actions = np.zeros((1, 17), np.float32), np.zeros((1, 6), np.float32)
-    actor = sac.Actor(action_dim=6, action_scale=jnp.ones(6), action_bias=jnp.zeros(6))
-    networks = [actor.init(jax.random.PRNGKey(0), obs), sac.SoftQNetwork().init(jax.random.PRNGKey(1), obs, actions)]
+    actor = script.Actor(action_dim=6, action_scale=jnp.ones(6), action_bias=jnp.zeros(6))
+    critic = getattr(script, critic)()
+    networks = [actor.init(jax.random.PRNGKey(0), obs), critic.init(jax.random.PRNGKey(1), obs, actions)]
     layers = [layer for params in networks for layer in params["params"].values()]
-    assert len(layers) == 7  # the actor's fc1, fc2, fc_mean, fc_logstd; the critic's fc1, fc2, fc3
+    assert len(layers) == layer_count
     for layer in layers:
         bound = 1 / math.sqrt(layer["kernel"].shape[0])
         for values in [np.asarray(layer["kernel"]).ravel(), np.asarray(layer["bias"])]:
