@@ -4,11 +4,13 @@ import importlib.util
 import os
 import pathlib
 import pickle
+import runpy
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -91,6 +93,33 @@ def assert_clean_failure(result: subprocess.CompletedProcess, *expected_fragment
     assert "Traceback" not in result.stderr, result.stderr
     for fragment in expected_fragments:
         assert fragment in result.stderr, (fragment, result.stderr)
+
+
+def check_bad_input_in_process(script: str, flags: list[str], fragments: list[str], cwd: pathlib.Path, monkeypatch, capsys):
+    """`python cleanrl/<script> <flags>` run in this process (a new one costs seconds of imports per case; each test
+    module still runs a bad input as a user would, in a new process): exit code 2, the script's one `error:` line
+    (tyro's own message for an unknown flag), no traceback, and nothing started. A bad input that slipped through
+    would start a run: os.makedirs of a run folder fails the test at once. Returns what the script printed on stderr."""
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "argv", [script, *flags])
+    makedirs = os.makedirs
+
+    def no_run_folder(path, *args, **kwargs):
+        assert "runs" not in str(path), f"a bad input started a run ({path})"
+        return makedirs(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "makedirs", no_run_folder)
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(REPO / "cleanrl" / script), run_name="__main__")
+    stderr = capsys.readouterr().err
+    assert exit_info.value.code == 2, stderr
+    assert "Traceback" not in stderr, stderr
+    for fragment in fragments:
+        assert fragment in stderr, (fragment, stderr)
+    if stderr.startswith("error: "):
+        assert stderr.count("\n") == 1, stderr
+    assert not (cwd / "runs").exists(), "a bad input started a run"
+    return stderr
 
 
 def run_with_every_flag(script: str, flags: list[str], tmp_path: pathlib.Path) -> pathlib.Path:

@@ -9,10 +9,7 @@ adapters below, `Torch` and `Jax`."""
 
 import importlib
 import math
-import os
 import pickle
-import runpy
-import sys
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -22,8 +19,8 @@ import numpy as np
 import pytest
 import torch
 from helpers import (
-    REPO,
     assert_clean_failure,
+    check_bad_input_in_process,
     check_killed_run_resumes_to_the_same_weights,
     load_checkpoint,
     load_script,
@@ -791,29 +788,7 @@ def bad_inputs(script):
 
 @pytest.mark.parametrize("script, flags, fragments", [(script, *bad) for script in SCRIPTS for bad in bad_inputs(script)])
 def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, script, flags, fragments):
-    """Run in this process (a new one costs seconds of imports per case; test_discrete_env_is_one_clear_line runs
-    each script as a user would): exit code 2, the script's one `error:` line (tyro's own message for an unknown
-    flag), no traceback, and nothing started. A bad input that slipped through would start a run: os.makedirs of
-    a run folder fails the test at once."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", [script, *flags])
-    makedirs = os.makedirs
-
-    def no_run_folder(path, *args, **kwargs):
-        assert "runs" not in str(path), f"a bad input started a run ({path})"
-        return makedirs(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, "makedirs", no_run_folder)
-    with pytest.raises(SystemExit) as exit_info:
-        runpy.run_path(str(REPO / "cleanrl" / script), run_name="__main__")
-    stderr = capsys.readouterr().err
-    assert exit_info.value.code == 2, stderr
-    assert "Traceback" not in stderr, stderr
-    for fragment in fragments:
-        assert fragment in stderr, (fragment, stderr)
-    if stderr.startswith("error: "):
-        assert stderr.count("\n") == 1, stderr
-    assert not (tmp_path / "runs").exists(), "a bad input started a run"
+    check_bad_input_in_process(script, flags, fragments, tmp_path, monkeypatch, capsys)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -10,6 +10,7 @@ import pytest
 import torch
 from helpers import (
     assert_clean_failure,
+    check_bad_input_in_process,
     check_killed_run_resumes_to_the_same_weights,
     check_sigterm_checkpoints_and_resumes,
     load_script,
@@ -362,7 +363,14 @@ BAD_INPUTS = [
         ("ppo_atari_lstm.py", ["--num-envs", "2", "--num-minibatches", "4"], ["--num-minibatches 4 must divide --num-envs 2"]),
     ],
 )
-def test_bad_input_is_one_clear_line(tmp_path, script, flags, fragments):
+def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, script, flags, fragments):
+    check_bad_input_in_process(script, flags, fragments, tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_bad_input_in_a_new_process_is_one_clear_line(tmp_path, script):
+    """A bad input as a user meets it, in a new process (the cases above run in this one)."""
+    flags, fragments = BAD_INPUTS[0]
     result = run_script(script, *flags, cwd=tmp_path)
     assert_clean_failure(result, *fragments)
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr

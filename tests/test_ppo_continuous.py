@@ -14,6 +14,7 @@ import torch
 from helpers import (
     REPO,
     assert_clean_failure,
+    check_bad_input_in_process,
     check_killed_run_resumes_to_the_same_weights,
     check_sigterm_checkpoints_and_resumes,
     load_checkpoint,
@@ -535,10 +536,15 @@ PPO_BAD_INPUTS = [
     + [("rpo_continuous_action", *case) for case in COMMON_BAD_INPUTS]
     + [("rpo_continuous_action", ["--rpo-alpha", "-0.1"], ["--rpo-alpha must be >= 0"])],
 )
-def test_bad_input_is_one_clear_line(script, flags, fragments, tmp_path):
-    result = run_script(f"{script}.py", *flags, cwd=tmp_path)
-    assert_clean_failure(result, *fragments)
+def test_bad_input_is_one_clear_line(script, flags, fragments, tmp_path, monkeypatch, capsys):
+    stderr = check_bad_input_in_process(f"{script}.py", flags, fragments, tmp_path, monkeypatch, capsys)
+    assert len(stderr.strip().splitlines()) == 1, stderr
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_discrete_env_in_a_new_process_is_one_clear_line(script, tmp_path):
+    """A bad input as a user meets it, in a new process (the cases above run in this one)."""
+    result = run_script(f"{script}.py", "--env-id", "CartPole-v1", cwd=tmp_path)
+    assert_clean_failure(result, "Discrete(2) action space", "ppo.py", f"{script}.py")  # itself and the script that fits
     assert not (tmp_path / "runs").exists(), "a bad input started a run"
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    if "ppo.py" in fragments:
-        assert f"{script}.py" in result.stderr  # it names itself and the script that fits

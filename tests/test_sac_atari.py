@@ -13,6 +13,7 @@ import torch
 from helpers import (
     REPO,
     assert_clean_failure,
+    check_bad_input_in_process,
     check_enjoy_replays_the_evaluation,
     check_killed_run_resumes_to_the_same_weights,
     checkpoint_files,
@@ -205,7 +206,12 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize("flags, fragments", BAD_INPUTS, ids=[" ".join(case[0]) for case in BAD_INPUTS])
-def test_bad_input_is_one_clear_line(tmp_path, flags, fragments):
-    result = run_script(SCRIPT, *flags, cwd=tmp_path)
-    assert_clean_failure(result, *fragments)
+def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, flags, fragments):
+    check_bad_input_in_process(SCRIPT, flags, fragments, tmp_path, monkeypatch, capsys)
+
+
+def test_a_bad_input_in_a_new_process_is_one_clear_line(tmp_path):
+    """A bad input as a user meets it, in a new process (the cases above run in this one)."""
+    flags, fragments = BAD_INPUTS[0]
+    assert_clean_failure(run_script(SCRIPT, *flags, cwd=tmp_path), *fragments)
     assert not (tmp_path / "runs").exists(), "a bad input started a run"

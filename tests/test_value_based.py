@@ -7,6 +7,7 @@ import pytest
 import torch
 from helpers import (
     assert_clean_failure,
+    check_bad_input_in_process,
     check_killed_run_resumes_to_the_same_weights,
     check_sigterm_checkpoints_and_resumes,
     checkpoint_files,
@@ -286,7 +287,6 @@ BAD_INPUTS = {
 }
 COMMON_BAD_INPUTS = [
     (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
-    (["--env-id", "Pendulum-v1"], ["Box action space", "sac_continuous_action.py"]),
     (["--env-id", "FrozenLake-v1"], ["Discrete observation space", "FlattenObservation"]),
     (["--exploration-fraction", "0"], ["--exploration-fraction must be in (0, 1]"]),
     (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint"]),
@@ -297,7 +297,14 @@ COMMON_BAD_INPUTS = [
     "script, flags, fragments",
     [(script, *bad) for script in SCRIPTS for bad in BAD_INPUTS[script] + COMMON_BAD_INPUTS],
 )
-def test_bad_input_is_one_clear_line(tmp_path, script, flags, fragments):
-    result = run_script(script, *flags, cwd=tmp_path)
-    assert_clean_failure(result, *fragments)
+def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, script, flags, fragments):
+    check_bad_input_in_process(script, flags, fragments, tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_continuous_env_is_one_clear_line(tmp_path, script):
+    """A bad input as a user meets it, in a new process."""
+    result = run_script(script, "--env-id", "Pendulum-v1", cwd=tmp_path)
+    assert_clean_failure(result, "Box action space", "sac_continuous_action.py")
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: "), result.stderr
     assert not (tmp_path / "runs").exists(), "a bad input started a run"

@@ -12,6 +12,7 @@ import torch
 from helpers import (
     REPO,
     assert_clean_failure,
+    check_bad_input_in_process,
     check_enjoy_replays_the_evaluation,
     check_killed_run_resumes_to_the_same_weights,
     checkpoint_files,
@@ -240,8 +241,17 @@ BAD_INPUT_CASES += [("c51_atari.py", *case) for case in C51_BAD_INPUTS]
 @pytest.mark.parametrize(
     "script, flags, fragments", BAD_INPUT_CASES, ids=[f"{c[0]} {' '.join(c[1])}" for c in BAD_INPUT_CASES]
 )
-def test_bad_input_is_one_clear_line(tmp_path, script, flags, fragments):
-    result = run_script(script, *flags, cwd=tmp_path)
+def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, script, flags, fragments):
     peer = script.replace("_atari", "")  # the script for vector observations
-    assert_clean_failure(result, *[fragment.format(peer=peer) for fragment in fragments])
+    check_bad_input_in_process(
+        script, flags, [fragment.format(peer=peer) for fragment in fragments], tmp_path, monkeypatch, capsys
+    )
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_bad_input_in_a_new_process_is_one_clear_line(tmp_path, script):
+    """A bad input as a user meets it, in a new process (the cases above run in this one)."""
+    flags, fragments = BAD_INPUTS[0]
+    result = run_script(script, *flags, cwd=tmp_path)
+    assert_clean_failure(result, *[fragment.format(peer=script.replace("_atari", "")) for fragment in fragments])
     assert not (tmp_path / "runs").exists(), "a bad input started a run"
