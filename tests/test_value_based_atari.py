@@ -243,15 +243,12 @@ BAD_INPUT_CASES += [("c51_atari.py", *case) for case in C51_BAD_INPUTS]
 )
 def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, script, flags, fragments):
     peer = script.replace("_atari", "")  # the script for vector observations
-    check_bad_input_in_process(
-        script, flags, [fragment.format(peer=peer) for fragment in fragments], tmp_path, monkeypatch, capsys
-    )
+    fragments = [fragment.format(peer=peer) for fragment in fragments]
+    check_bad_input_in_process(script, flags, fragments, tmp_path, monkeypatch, capsys)
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_a_bad_input_in_a_new_process_is_one_clear_line(tmp_path, script):
-    """A bad input as a user meets it, in a new process (the cases above run in this one)."""
-    flags, fragments = BAD_INPUTS[0]
-    result = run_script(script, *flags, cwd=tmp_path)
-    assert_clean_failure(result, *[fragment.format(peer=script.replace("_atari", "")) for fragment in fragments])
-    assert not (tmp_path / "runs").exists(), "a bad input started a run"
+@pytest.mark.parametrize("script", [*SCRIPTS, "dqn_atari_jax.py", "c51_atari_jax.py"])
+def test_vector_observations_in_a_new_process_are_one_clear_line(tmp_path, script):
+    """A bad input as a user meets it, in a new process (the cases above and the JAX twins' run in this one)."""
+    result = run_script(script, "--env-id", "CartPole-v1", cwd=tmp_path)
+    assert_clean_failure(result, "not images", script.replace("_atari", ""))

@@ -14,14 +14,12 @@ import pytest
 import torch
 from helpers import (
     REPO,
-    assert_clean_failure,
     check_bad_input_in_process,
     check_enjoy_replays_the_evaluation,
     check_killed_run_resumes_to_the_same_weights,
     checkpoint_files,
     load_checkpoint,
     load_script,
-    run_script,
     run_with_every_flag,
     scalar_tags,
     scalars,
@@ -164,15 +162,5 @@ BAD_INPUT_CASES = [(script, *case) for script in SCRIPTS for case in BAD_INPUTS]
 )
 def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, script, flags, fragments):
     peer = script.replace("_atari", "")  # the JAX script for vector observations: dqn_jax.py, c51_jax.py
-    check_bad_input_in_process(
-        script, flags, [fragment.format(peer=peer) for fragment in fragments], tmp_path, monkeypatch, capsys
-    )
-
-
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_a_bad_input_in_a_new_process_is_one_clear_line(tmp_path, script):
-    """A bad input as a user meets it, in a new process (the cases above run in this one)."""
-    flags, fragments = BAD_INPUTS[0]
-    result = run_script(script, *flags, cwd=tmp_path)
-    assert_clean_failure(result, *[fragment.format(peer=script.replace("_atari", "")) for fragment in fragments])
-    assert not (tmp_path / "runs").exists(), "a bad input started a run"
+    fragments = [fragment.format(peer=peer) for fragment in fragments]
+    check_bad_input_in_process(script, flags, fragments, tmp_path, monkeypatch, capsys)
