@@ -1,6 +1,14 @@
-"""Fixtures that test modules ask for by name."""
+"""Fixtures that test modules ask for by name, and the thread count of pytest-xdist's workers."""
+
+import os
 
 import pytest
+
+# Each xdist worker gets one thread for torch (and the scripts it starts, which inherit the variable): two workers
+# with torch's default of a thread per core would put four busy threads on the test machine's 2 cores, and torch's
+# spinning threads slow down sharply when they outnumber the cores. Set before any test module imports torch.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture
