@@ -349,7 +349,7 @@ if __name__ == "__main__":
     if checkpoint is None:
         writer.add_text(
             "hyperparameters",
-            "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+            "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in vars(args).items()),
         )
 
     def save_checkpoint(iteration):

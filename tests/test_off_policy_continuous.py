@@ -417,9 +417,16 @@ def test_pure_pieces_equal_the_torch_twins():
         xp = torch if module == "torch" else jnp
         cat = (lambda xs: torch.cat(xs, 1)) if xp is torch else (lambda xs: jnp.concatenate(xs, 1))
         as_array = (lambda x: torch.as_tensor(x)) if xp is torch else jnp.asarray
-        actor = lambda o: xp.tanh(o @ as_array(w_actor)) * 2.0
-        qf1 = lambda o, a: cat([o, a]) @ as_array(w_q)
-        qf2 = lambda o, a: (cat([o, a]) ** 2) @ as_array(w_q)
+
+        def actor(o):
+            return xp.tanh(o @ as_array(w_actor)) * 2.0
+
+        def qf1(o, a):
+            return cat([o, a]) @ as_array(w_q)
+
+        def qf2(o, a):
+            return (cat([o, a]) ** 2) @ as_array(w_q)
+
         return as_array, actor, qf1, qf2
 
     def both(name, function, make_args):

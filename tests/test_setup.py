@@ -1,6 +1,8 @@
 """The project's set-up: what pyproject promises, what the lock resolves, and CI running the README's command."""
 
 import dataclasses
+import subprocess
+import sys
 import tomllib
 
 import numpy as np
@@ -30,6 +32,13 @@ def test_ci_runs_exactly_the_readme_test_command():
     readme_command = next(line.split("#")[0].strip() for line in readme.splitlines() if line.startswith("uv run pytest"))
     ci_lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
     assert ci_lines[-1] == readme_command == "uv run pytest"
+
+
+@pytest.mark.parametrize("command", [["check"], ["format", "--check"]])
+def test_the_code_passes_ruff(command):
+    """The lint rules and format pyproject sets, with the ruff version the dev group pins."""
+    run = subprocess.run([sys.executable, "-m", "ruff", *command, "."], cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 # DESIGN.md: the fields every script's Args has, same names everywhere (tools such as reproduce and enjoy rely on them)
