@@ -13,6 +13,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--env-id", default="HalfCheetah-v4")
 parser.add_argument("--seed", type=int, default=1)
 parser.add_argument("--total-timesteps", type=int, default=1000000)
+parser.add_argument("--batch-size", type=int, default=256)
 args = parser.parse_args()
 
 envs = make_vec_env(args.env_id, n_envs=1, seed=args.seed)
@@ -25,7 +26,7 @@ model = TD3(
     learning_rate=3e-4,
     buffer_size=1000000,
     learning_starts=25000,
-    batch_size=256,
+    batch_size=args.batch_size,
     tau=0.005,
     gamma=0.99,
     train_freq=1,

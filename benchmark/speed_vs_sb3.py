@@ -4,8 +4,9 @@ identical hyperparameters and budget (the peers are benchmark/sb3_<algo>.py).
 Each run is timed from process start to exit (imports included) and runs alone, one after the other.
 Prints, per seed and on average: wall time, steps per second, peak memory (RSS) and the final return
 (mean of the last 100 episodes), then the speed ratio.
-Usage: benchmark/speed_{algo}.sh [--seeds 1 2 3] [--env-id ID] [--total-timesteps N] [--output FILE], one wrapper per
-algorithm in ALGOS.
+Usage: benchmark/speed_{algo}.sh [--seeds 1 2 3] [--env-id ID] [--total-timesteps N] [--batch-size N] [--output FILE],
+one wrapper per algorithm in ALGOS. --batch-size (the off-policy pairs) sets both sides' replay batch: at 8 the matrix
+products cost next to nothing, so a run's time is what each implementation spends around them.
 """
 
 import argparse
@@ -64,6 +65,8 @@ ALGOS = {
     "td3_jax": Pair("cleanrl/td3_continuous_action_jax.py", "benchmark/sb3_td3.py", "TD3", "HalfCheetah-v4", 50000),
 }
 
+OFF_POLICY = ["sac", "td3", "sac_jax", "td3_jax"]  # their peers take --batch-size
+
 
 def timed_run(command: list[str], cwd: str) -> tuple[float, float, str]:
     """Wall seconds, peak RSS in MB and stdout of one command, measured by the kernel's accounting of that child."""
@@ -98,16 +101,25 @@ def main():
     parser.add_argument("--env-id", help="default: the algorithm's (see ALGOS)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--total-timesteps", type=int, help="default: the algorithm's (see ALGOS)")
+    parser.add_argument("--batch-size", type=int, help="both sides' replay batch (sac, td3 and their JAX twins)")
     parser.add_argument("--output", type=pathlib.Path, help="also write the table to this markdown file")
     args = parser.parse_args()
     pair = ALGOS[args.algo]
+    batch_flags = []
+    if args.batch_size is not None:
+        if args.algo not in OFF_POLICY:
+            parser.error(f"--batch-size applies to the off-policy pairs ({', '.join(OFF_POLICY)}), not {args.algo}")
+        batch_flags = ["--batch-size", str(args.batch_size)]
     args.env_id = args.env_id or pair.env_id
     args.total_timesteps = args.total_timesteps or pair.total_timesteps
 
     cleanrl_name, sb3_name = f"cleanrl {os.path.basename(pair.script)}", f"stable-baselines3 {pair.peer_name}"
     results = {cleanrl_name: [], sb3_name: []}
     for seed in args.seeds:
-        for name, script, flags in [(sb3_name, pair.peer, []), (cleanrl_name, pair.script, pair.script_flags)]:
+        for name, script, flags in [
+            (sb3_name, pair.peer, batch_flags),
+            (cleanrl_name, pair.script, pair.script_flags + batch_flags),
+        ]:
             result = run_script(script, args.env_id, seed, args.total_timesteps, flags)
             results[name].append(result)
             print(
