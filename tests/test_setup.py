@@ -3,11 +3,15 @@
 import dataclasses
 import subprocess
 import sys
-import tomllib
 
 import numpy as np
 import pytest
 from helpers import REPO, load_script
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pyproject allows Python 3.10, whose standard library has no TOML parser yet
+    import tomli as tomllib
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
