@@ -1,8 +1,8 @@
 """One learning update of sac_continuous_action.py and td3_continuous_action.py (HalfCheetah's 17 observations and 6
 actions, the scripts' own networks and target functions) timed against the variants that were candidates for making
 the torch scripts faster. The variants run in alternating rounds in one process, each round starting with another
-one, so a drift of the machine's speed touches all of them alike; printed: each one's median milliseconds per update and its median difference from the
-script's update, round by round (negative: faster).
+one, so a drift of the machine's speed touches all of them alike; printed: each one's median milliseconds per update
+and its median difference from the script's update, round by round (negative: faster).
 
     uv run python benchmark/torch_update_variants.py                  # batch 256, as the scripts
     uv run python benchmark/torch_update_variants.py --batch-size 8   # where the matrix products are small
