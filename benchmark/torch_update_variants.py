@@ -45,15 +45,20 @@ class Envs:  # what the networks read of the vector env: HalfCheetah's spaces
 
 
 envs, batch_size, gamma, tau = Envs(), args.batch_size, 0.99, 0.005
+# the scripts' own replay buffer, filled with synthetic transitions (1% of them terminal)
+replay_buffer = sac.ReplayBuffer(100_000, 17, 6)
 rng = np.random.default_rng(0)
-rows = rng.standard_normal((100_000, 17 + 6 + 17 + 2), dtype=np.float32)
-rows[:, -1] = rng.random(100_000) < 0.01  # terminations
+replay_buffer.add(
+    rng.standard_normal((100_000, 17), dtype=np.float32),
+    rng.standard_normal((100_000, 17), dtype=np.float32),
+    rng.uniform(-1, 1, (100_000, 6)).astype(np.float32),
+    rng.standard_normal(100_000, dtype=np.float32),
+    (rng.random(100_000) < 0.01).astype(np.float32),
+)
 
 
 def sample():
-    """obs, actions, next_obs, rewards, terminations, as the scripts' ReplayBuffer.sample returns them."""
-    batch = torch.from_numpy(rows[np.random.randint(0, len(rows), size=batch_size)])
-    return batch[:, :17], batch[:, 17:23], batch[:, 23:40], batch[:, -2], batch[:, -1]
+    return replay_buffer.sample(batch_size, "cpu")
 
 
 def adam(params, lr):
