@@ -3,7 +3,6 @@
 import importlib.util
 import os
 import pathlib
-import pickle
 import runpy
 import signal
 import subprocess
@@ -169,14 +168,11 @@ def assert_same_model(path_a: pathlib.Path, path_b: pathlib.Path):
 
 
 def checkpoint_files(folder: pathlib.Path) -> list[pathlib.Path]:
-    """The checkpoints under a folder: checkpoint.pt (torch scripts) or checkpoint.pkl (JAX scripts)."""
-    return [p for p in folder.rglob("checkpoint.*") if p.suffix in (".pt", ".pkl")]
+    """The latest checkpoints under a folder (cleanrl_utils.run_state writes `checkpoint.pt` in each run folder)."""
+    return list(folder.rglob("checkpoint.pt"))
 
 
 def load_checkpoint(path: pathlib.Path) -> dict:
-    if path.suffix == ".pkl":
-        with open(path, "rb") as f:
-            return pickle.load(f)
     return torch.load(path, weights_only=False)
 
 
@@ -218,9 +214,10 @@ def check_killed_run_resumes_to_the_same_weights(script: str, flags: list[str], 
 
 
 def sigterm_mid_run(script: str, flags: list[str], tmp_path: pathlib.Path, delay: float = 1.0):
-    """Start a run, SIGTERM it `delay` seconds after its first log: it must exit with 143 and say how to resume.
-    Returns its run folder and the checkpoint it wrote."""
-    process = start_script(script, *flags, cwd=tmp_path)
+    """Start a checkpointing run (an interval beyond its budget: only the signal writes one), SIGTERM it `delay`
+    seconds after its first log: it must exit with 143 and say how to resume. Returns its run folder and the
+    checkpoint it wrote."""
+    process = start_script(script, *flags, "--checkpoint-interval", str(10**12), cwd=tmp_path)
     wait_for(lambda: list((tmp_path / "runs").rglob("events.out.tfevents.*")), process)
     time.sleep(delay)
     process.send_signal(signal.SIGTERM)

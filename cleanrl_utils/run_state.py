@@ -1,0 +1,358 @@
+"""Run state for every cleanrl script: checkpoints, --resume, SIGTERM and the run-folder lock, in one place.
+
+A script imports this module only when asked to (`--checkpoint-interval N` or `--resume RUN_DIR`), so a copied
+script still trains without the package. It names WHAT a checkpoint holds in one dict; everything about HOW is
+here:
+
+    args = tyro.cli(Args)
+    checkpoint = None
+    if args.resume:  # the saved run's args under the flags given now; refuses (exit 2) what it cannot continue
+        from cleanrl_utils.run_state import load_checkpoint
+        args, checkpoint = load_checkpoint(Args, args, __file__)
+    ...                                       # the run folder, the writer (purge_step from checkpoint["global_step"])
+    run_state = None
+    if args.checkpoint_interval or checkpoint:
+        from cleanrl_utils.run_state import RunState
+        run_state = RunState(run_dir, args, writer, checkpoint)
+    def checkpoint_state():                   # what a checkpoint holds
+        return {"agent": agent, "optimizer": optimizer, "envs": envs, "global_step": global_step, ...}
+    if checkpoint:
+        saved = run_state.restore(checkpoint_state())
+    for iteration in ...:
+        ...
+        if run_state:
+            run_state.step(global_step, checkpoint_state)   # at the interval; on SIGTERM: checkpoint, exit 143
+    if run_state:
+        run_state.finish(global_step, checkpoint_state)     # so the run can be extended with a larger budget
+
+A checkpoint entry is stored by what it is: an object with `state_dict()` (torch modules and optimizers, the
+scripts' replay buffers) by its state dict, loaded back in place; a numpy `Generator` by its bit generator's state;
+a Gymnasium `SyncVectorEnv` by its pickled sub-environments with their emulator or physics state (see
+`snapshot_envs`); anything else (the step counter, an observation, a JAX pytree) as it is. Python's, numpy's and
+torch's global RNGs are always saved. The previous checkpoint is kept as `checkpoint.prev.pt` until the next one is
+written, so one that cannot be read (a damaged disk, a partial copy) still leaves a good one.
+"""
+
+import dataclasses
+import fcntl
+import math
+import os
+import pickle
+import random
+import signal
+import sys
+import threading
+from typing import NoReturn
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+import torch
+
+CHECKPOINT = "checkpoint.pt"
+PREVIOUS = "checkpoint.prev.pt"
+FORMAT = 2  # the layout of the dict written below; an older one is refused with a clear line
+# the only Args a resumed run may change: its budget and where its outputs go. Any other field shaped the saved state
+# (env counts, network and buffer sizes) or the learning it continues, and a change would not continue the same run
+CHANGEABLE_ON_RESUME = {
+    "total_timesteps",
+    "checkpoint_interval",
+    "resume",
+    "track",
+    "wandb_project_name",
+    "wandb_entity",
+    "capture_video",
+    "save_model",
+    "upload_model",
+    "hf_entity",
+    "cuda",
+}
+
+_held_locks: dict[str, int] = {}  # run folder -> the descriptor whose flock says a live process owns it
+
+
+def refuse(message: str) -> NoReturn:
+    """What cannot be honoured ends before anything is touched: one line on stderr, exit code 2."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def lock_run_folder(run_dir: str):
+    """Hold an exclusive lock on the run folder for the life of this process: a second process training or
+    resuming the same folder would interleave checkpoints and TensorBoard points. The kernel drops the lock when the
+    process dies, however it dies, so a killed run never leaves a stale lock behind."""
+    run_dir = os.path.realpath(run_dir)
+    if run_dir in _held_locks:
+        return
+    descriptor = os.open(run_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        refuse(f"{run_dir} is being trained or resumed by another live process; wait for it to end (or stop it)")
+    _held_locks[run_dir] = descriptor
+
+
+def load_checkpoint(args_class, args, script_file: str):
+    """`--resume RUN_DIR`: the saved run's Args with the flags given now over them, and its checkpoint. Refuses,
+    with exit code 2 and the folder untouched, what a resume cannot continue exactly: a missing or unreadable
+    checkpoint, another script's folder, a changed field other than the budget and the outputs, a budget below the
+    steps already done, a folder another process holds."""
+    run_dir = args.resume.rstrip("/")
+    path, previous = os.path.join(run_dir, CHECKPOINT), os.path.join(run_dir, PREVIOUS)
+    if not os.path.isdir(run_dir):
+        refuse(f"--resume {run_dir}: no such folder")
+    if not os.path.isfile(path):
+        hint = f"; the previous one, {previous}, is there: rename it to {CHECKPOINT} to resume from it"
+        refuse(
+            f"--resume {run_dir}: no {CHECKPOINT} there (a run writes one with --checkpoint-interval)"
+            + (hint if os.path.isfile(previous) else "")
+        )
+    lock_run_folder(run_dir)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
+            raise ValueError("not a checkpoint of this version of cleanrl")
+    except Exception as e:  # torch.load raises what its unpickler meets: any of them means the file is unusable
+        good = f"the previous checkpoint {previous} is kept: rename it to {CHECKPOINT} to resume from it"
+        refuse(
+            f"--resume: {path} cannot be read ({type(e).__name__}: {e}); "
+            + (good if os.path.isfile(previous) else "no older one exists")
+        )
+    script = os.path.basename(script_file)
+    if checkpoint["script"] != script:
+        refuse(f"--resume {run_dir}: that run was made by {checkpoint['script']}; resume it with that script, not {script}")
+
+    saved_args = args_class(**checkpoint["args"])
+    args = _parse_again(args_class, saved_args)
+    changed = [
+        f"--{field.name.replace('_', '-')} {getattr(saved_args, field.name)} -> {getattr(args, field.name)}"
+        for field in dataclasses.fields(args_class)
+        if field.name not in CHANGEABLE_ON_RESUME and getattr(args, field.name) != getattr(saved_args, field.name)
+    ]
+    if changed:
+        refuse(
+            f"--resume continues a run as it was started, only --total-timesteps and the outputs may change; "
+            f"changed: {', '.join(changed)} (start a new run for that)"
+        )
+    done = checkpoint["global_step"]
+    if args.total_timesteps < done:
+        refuse(f"--total-timesteps {args.total_timesteps} is below the {done} steps {run_dir} has done; give more")
+    if checkpoint["finished"] and args.total_timesteps <= saved_args.total_timesteps:
+        refuse(
+            f"{run_dir} finished its {done} steps; to extend it, give a --total-timesteps above {saved_args.total_timesteps}"
+        )
+    print(f"resuming {run_dir} at step {done} of {args.total_timesteps}", flush=True)
+    return args, checkpoint
+
+
+def _parse_again(args_class, saved_args):
+    """The command line parsed again with the saved run's Args as the defaults, so that only the flags given now
+    override them."""
+    import tyro
+
+    return tyro.cli(args_class, default=saved_args)
+
+
+def snapshot_envs(envs: gym.vector.SyncVectorEnv) -> bytes | None:
+    """The sub-environments pickled with everything that continues an episode: their wrappers (time limits, episode
+    statistics, frame stacks, lives), their RNGs and, for the families that pickle as their constructor's arguments
+    only (EzPickle), the simulator itself: the ALE emulator with its RNG, MuJoCo's physics. None where they cannot be
+    pickled (a video recorder holds a file handle): the resumed run then starts new episodes."""
+    try:
+        return cloudpickle.dumps([(env, _simulator_state(env)) for env in envs.envs])
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return None
+
+
+def _simulator_state(env):
+    unwrapped = env.unwrapped
+    if hasattr(unwrapped, "ale"):  # ale-py's AtariEnv; np_random drives its no-op and sticky-action choices
+        return "ale", unwrapped.ale.cloneState(include_rng=True), unwrapped.np_random
+    mujoco = sys.modules.get("mujoco")
+    if mujoco is not None and isinstance(getattr(unwrapped, "data", None), mujoco.MjData):
+        state = np.empty(mujoco.mj_stateSize(unwrapped.model, mujoco.mjtState.mjSTATE_INTEGRATION))
+        mujoco.mj_getState(unwrapped.model, unwrapped.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
+        return "mujoco", state, unwrapped.np_random
+    return None  # pure-Python envs (classic control, dm_control through shimmy) pickle whole
+
+
+def restore_envs(envs: gym.vector.SyncVectorEnv, snapshot: bytes):
+    """Put the pickled sub-environments in place of the freshly made ones, in the same vector env."""
+    restored = []
+    for env, simulator in pickle.loads(snapshot):
+        if simulator is not None:
+            kind, state, np_random = simulator
+            if kind == "ale":
+                env.unwrapped.ale.restoreState(state)
+            else:
+                import mujoco
+
+                mujoco.mj_setState(env.unwrapped.model, env.unwrapped.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
+            env.unwrapped.np_random = np_random
+        restored.append(env)
+    if len(restored) != envs.num_envs:  # the resume checks refuse a changed --num-envs before this point
+        raise ValueError(f"the checkpoint holds {len(restored)} environments, the run has {envs.num_envs}")
+    for env in envs.envs:
+        env.close()
+    envs.envs = restored
+
+
+class RunState:
+    """Checkpoints of one run: at every `--checkpoint-interval` steps, on SIGTERM (then exit 143), and when the run
+    ends. Holds the run-folder lock while the run lives."""
+
+    def __init__(self, run_dir: str, args, writer, checkpoint: dict | None = None):
+        self.run_dir, self.args, self.writer = run_dir, args, writer
+        self.path, self.previous = os.path.join(run_dir, CHECKPOINT), os.path.join(run_dir, PREVIOUS)
+        self.script = os.path.basename(sys.argv[0])
+        self.checkpoint = checkpoint
+        self.saved_step = checkpoint["global_step"] if checkpoint else 0
+        lock_run_folder(run_dir)
+        # Slurm and spot instances send SIGTERM before they kill: finish the iteration, checkpoint, exit 143
+        self.stop_requested = threading.Event()
+        signal.signal(signal.SIGTERM, lambda signum, frame: self.stop_requested.set())
+
+    def restore(self, state: dict) -> dict:
+        """Load a resumed checkpoint into the objects of `state` (the script's checkpoint dict, freshly built) and
+        the global RNGs. Returns the saved entries: the objects themselves, restored in place, and the plain values
+        (loop counters, observations) to assign back; a vector env's entry is None where its episodes could not be
+        saved, and the script starts new ones."""
+        saved = self.checkpoint["state"]
+        if saved.keys() != state.keys():
+            refuse(f"--resume: the checkpoint holds {sorted(saved)}, this script {sorted(state)}: a changed script")
+        values = {}
+        for key, part in state.items():
+            if isinstance(part, gym.vector.VectorEnv):
+                if saved[key] is None:
+                    print(
+                        "warning: the checkpoint holds no env state (it could not be pickled); new episodes", file=sys.stderr
+                    )
+                else:
+                    restore_envs(part, saved[key])
+                values[key] = part if saved[key] is not None else None
+            elif isinstance(part, np.random.Generator):
+                part.bit_generator.state = saved[key]
+                values[key] = part
+            elif hasattr(part, "load_state_dict"):
+                part.load_state_dict(saved[key])
+                values[key] = part
+            else:
+                values[key] = saved[key]
+        rng = self.checkpoint["rng"]
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        return values
+
+    def step(self, global_step: int, checkpoint_state):
+        """Call once per iteration: checkpoints when the interval is crossed, and on SIGTERM checkpoints and exits
+        with code 143 (128 + SIGTERM, what schedulers read as 'terminated')."""
+        interval = self.args.checkpoint_interval
+        if interval and global_step // interval > self.saved_step // interval or self.stop_requested.is_set():
+            self.save(global_step, checkpoint_state(), finished=False)
+        if self.stop_requested.is_set():
+            print(f"SIGTERM at step {global_step}: checkpoint written; continue with --resume {self.run_dir}", file=sys.stderr)
+            self.writer.close()
+            sys.exit(128 + signal.SIGTERM)
+
+    def finish(self, global_step: int, checkpoint_state):
+        """The checkpoint of a run that reached its budget: `--resume` with a larger one continues from here."""
+        self.save(global_step, checkpoint_state(), finished=True)
+
+    def save(self, global_step: int, state: dict, finished: bool):
+        """Write the checkpoint atomically (a temporary file, then os.replace): a reader sees the old checkpoint or
+        the new one, never half of one. A state holding NaN is never written over a good one; a write error names
+        the path and the cause, keeps the previous checkpoint and removes the temporary file."""
+        stored = {key: _stored(part) for key, part in state.items()}
+        if _holds_nan(stored):
+            print(
+                f"error: the state turned NaN by step {global_step}; no checkpoint written, the last good one "
+                f"(step {self.saved_step}) is kept",
+                file=sys.stderr,
+            )
+            sys.exit(1)
+        checkpoint = {
+            "format": FORMAT,
+            "script": self.script,
+            "run_name": os.path.basename(os.path.normpath(self.run_dir)),
+            "args": dataclasses.asdict(self.args),
+            "global_step": global_step,
+            "finished": finished,
+            "wandb_run_id": wandb.run.id if (wandb := sys.modules.get("wandb")) and wandb.run else None,
+            "rng": {
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
+            },
+            "state": stored,
+        }
+        self.writer.flush()  # the logged points up to this checkpoint are on disk before it is
+        temporary = f"{self.path}.tmp"
+        try:
+            with open(temporary, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            if os.path.exists(self.path):
+                os.replace(self.path, self.previous)
+            os.replace(temporary, self.path)
+        except (OSError, RuntimeError) as e:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+            print(
+                f"error: cannot write the checkpoint {self.path}: {_cause(e, self.run_dir)}; {self._kept()}", file=sys.stderr
+            )
+            sys.exit(1)
+        self.saved_step = global_step
+
+    def _kept(self) -> str:
+        for path in (self.path, self.previous):
+            if os.path.exists(path):
+                return f"the previous checkpoint {path} (step {self.saved_step}) is intact"
+        return "no earlier checkpoint exists"
+
+
+def _stored(part):
+    if isinstance(part, gym.vector.VectorEnv):
+        return snapshot_envs(part)
+    if isinstance(part, np.random.Generator):
+        return part.bit_generator.state
+    if hasattr(part, "state_dict"):
+        return part.state_dict()
+    return part
+
+
+def _holds_nan(value) -> bool:
+    """NaN anywhere in the floating-point tensors and arrays of a checkpoint (the weights, optimizer moments, a
+    stored observation): what a diverged run holds. Infinity is not looked for: some structures use it on purpose
+    (a min segment tree's empty leaves)."""
+    if isinstance(value, torch.Tensor):
+        return value.is_floating_point() and bool(torch.isnan(value).any())
+    if isinstance(value, np.ndarray) or hasattr(value, "__array__") and hasattr(value, "dtype"):
+        array = np.asarray(value)
+        return np.issubdtype(array.dtype, np.floating) and bool(np.isnan(array).any())
+    if isinstance(value, float):
+        return math.isnan(value)
+    if isinstance(value, dict):
+        return any(_holds_nan(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_nan(item) for item in value)
+    return False
+
+
+def _cause(error: Exception, folder: str) -> str:
+    """An OSError's own words; torch's stream writer reports a full disk as a bare position mismatch."""
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    try:
+        import shutil
+
+        if shutil.disk_usage(folder).free < 64 * 2**20:
+            return "no space left on device"
+    except OSError:
+        pass
+    return str(error)
