@@ -171,8 +171,12 @@ def check_args(args):
         fail(f"--checkpoint-interval must be >= 0 (0 = off), got {args.checkpoint_interval}")
     if not 0 <= args.seed < 2**32:
         fail(f"--seed must be in [0, 2**32) (numpy's seed range), got {args.seed}")
-    if (args.num_envs * args.num_steps) % args.num_minibatches or args.total_timesteps < args.num_envs * args.num_steps:
-        fail("--num-minibatches must divide --num-envs * --num-steps, and --total-timesteps hold at least one rollout of it")
+    if (args.num_envs * args.num_steps) % args.num_minibatches != 0:
+        fail(
+            f"--num-minibatches {args.num_minibatches} must divide --num-envs * --num-steps = {args.num_envs * args.num_steps}"
+        )
+    if args.total_timesteps < args.num_envs * args.num_steps:
+        fail(f"--total-timesteps {args.total_timesteps} is less than one rollout (--num-envs * --num-steps)")
     if args.upload_model and not args.save_model:
         fail("--upload-model uploads the model that --save-model saves: add --save-model")
     try:
@@ -182,10 +186,15 @@ def check_args(args):
         env = gym.make(args.env_id)
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
-    if not isinstance(env.observation_space, gym.spaces.Box) or not isinstance(env.action_space, gym.spaces.Discrete):
+    if not isinstance(env.observation_space, gym.spaces.Box):
         fail(
-            f"--env-id {args.env_id} has {env.observation_space} observations and {env.action_space} actions; ppo.py needs "
-            "a Box observation space (wrap others with FlattenObservation) and a Discrete action space (see ppo_continuous_action.py)"
+            f"--env-id {args.env_id} has a {type(env.observation_space).__name__} observation space; ppo.py's MLP needs "
+            "a Box one (wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)"
+        )
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        fail(
+            f"--env-id {args.env_id} has a {type(env.action_space).__name__} action space; ppo.py supports Discrete "
+            "ones only (use ppo_continuous_action.py for Box actions)"
         )
     env.close()
 
@@ -227,8 +236,8 @@ if __name__ == "__main__":
         )
     # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
     writer = SummaryWriter(run_dir, purge_step=checkpoint["global_step"] + 1 if checkpoint else None)
-    table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
-    if not checkpoint:
+    if not checkpoint:  # a resumed run keeps its first table
+        table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
 
     # TRY NOT TO MODIFY: seeding

@@ -39,6 +39,7 @@ import math
 import os
 import pickle
 import random
+import shutil
 import signal
 import sys
 import threading
@@ -123,7 +124,10 @@ def load_checkpoint(args_class, args, script_file: str):
     if checkpoint["script"] != script:
         refuse(f"--resume {run_dir}: that run was made by {checkpoint['script']}; resume it with that script, not {script}")
 
-    saved_args = args_class(**checkpoint["args"])
+    try:
+        saved_args = args_class(**checkpoint["args"])
+    except TypeError as e:  # the script's Args changed since the run was saved
+        refuse(f"--resume {run_dir}: its saved arguments do not fit this version of {script} ({e})")
     args = _parse_again(args_class, saved_args)
     changed = [
         f"--{field.name.replace('_', '-')} {getattr(saved_args, field.name)} -> {getattr(args, field.name)}"
@@ -301,11 +305,10 @@ class RunState:
                 os.replace(self.path, self.previous)
             os.replace(temporary, self.path)
         except (OSError, RuntimeError) as e:
+            cause = _cause(e, self.run_dir)  # before the temporary file is removed: a full disk is still full
             if os.path.exists(temporary):
                 os.remove(temporary)
-            print(
-                f"error: cannot write the checkpoint {self.path}: {_cause(e, self.run_dir)}; {self._kept()}", file=sys.stderr
-            )
+            print(f"error: cannot write the checkpoint {self.path}: {cause}; {self._kept()}", file=sys.stderr)
             sys.exit(1)
         self.saved_step = global_step
 
@@ -345,13 +348,12 @@ def _holds_nan(value) -> bool:
 
 
 def _cause(error: Exception, folder: str) -> str:
-    """An OSError's own words; torch's stream writer reports a full disk as a bare position mismatch."""
+    """An OSError's own words. torch's stream writer reports a full disk as a bare position mismatch
+    ("unexpected pos 704 vs 598"): what is left on the device tells it apart."""
     if isinstance(error, OSError):
         return error.strerror or str(error)
     try:
-        import shutil
-
-        if shutil.disk_usage(folder).free < 64 * 2**20:
+        if shutil.disk_usage(folder).free < 16 * 2**20:
             return "no space left on device"
     except OSError:
         pass

@@ -9,6 +9,7 @@ import torch
 from helpers import (
     REPO,
     assert_clean_failure,
+    check_bad_input_in_process,
     check_killed_run_resumes_to_the_same_weights,
     check_sigterm_checkpoints_and_resumes,
     load_script,
@@ -70,26 +71,6 @@ def test_policy_samples_from_its_softmax():
     assert values.shape == (40000,)
 
 
-def test_numpy_acting_samples_from_the_torch_actors_softmax():
-    """The rollout acts with the actor's weights in numpy: for any weights, its action frequencies must be
-    softmax(Agent.actor(obs)), observation by observation."""
-    ppo = load_ppo()
-    spaces = {"single_observation_space": gym.spaces.Box(-1, 1, (5,)), "single_action_space": gym.spaces.Discrete(3)}
-    agent = ppo.Agent(type("Envs", (), spaces))
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for p in agent.actor.parameters():
-            p.add_(torch.randn_like(p))  # away from the initialization (a last layer of std 0.01 would hide errors)
-    distinct_obs = np.random.default_rng(0).normal(size=(4, 5)).astype(np.float32)
-    with torch.no_grad():
-        probs = agent.actor(torch.as_tensor(distinct_obs)).softmax(-1).numpy()
-    assert probs.max() - probs.min() > 0.3, "the test needs distinct, uneven probabilities"
-    weights = [p.detach().numpy() for p in agent.actor.parameters()]
-    actions = ppo.sample_actions(np.repeat(distinct_obs, 20000, axis=0), weights, np.random.default_rng(0))
-    frequencies = np.stack([np.bincount(a, minlength=3) / 20000 for a in actions.reshape(4, 20000)])
-    np.testing.assert_allclose(frequencies, probs, atol=0.015)  # ~4 standard errors of a frequency
-
-
 def test_rollout_sees_real_last_observations_across_resets():
     """The contract ppo.py's rollout relies on, through its own make_env: a short-episode env stepped through
     several resets. Where an episode ends, next_obs is already the reset observation, the real last one is in
@@ -120,6 +101,7 @@ def test_rollout_sees_real_last_observations_across_resets():
     assert [s for s, kind in ends if kind == "truncated"] == [19, 39]
 
 
+@pytest.mark.e2e
 def test_smoke_with_every_flag(tmp_path):
     result = run_script(
         "ppo.py", *SHORT, "--capture-video", "--save-model", "--track", "--checkpoint-interval", "512", cwd=tmp_path
@@ -144,6 +126,7 @@ def test_smoke_with_every_flag(tmp_path):
     assert "evaluation over 10 episodes" in result.stdout
 
 
+@pytest.mark.e2e
 def test_progress_bar_on_a_terminal_sparse_lines_elsewhere(tmp_path):
     import os
     import pty
@@ -177,6 +160,7 @@ def test_progress_bar_on_a_terminal_sparse_lines_elsewhere(tmp_path):
     assert len(progress_lines) == 20 and progress_lines[-1].startswith("step 40960/40960")
 
 
+@pytest.mark.e2e
 def test_users_own_env_by_module_path(tmp_path):
     result = run_script("ppo.py", "--env-id", "custom_env:Corridor-v0", *SHORT, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -185,6 +169,7 @@ def test_users_own_env_by_module_path(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_learns_cartpole(tmp_path):
     # 122,880 steps (about 15 s): on seeds 1-8 the last 20 episodes averaged 220-353 (mean 289); a random policy
     # scores about 22, and a PPO with a broken loss, sampler or advantage stays far below the bar
@@ -194,6 +179,7 @@ def test_learns_cartpole(tmp_path):
     assert np.mean(returns[-20:]) >= 150, returns[-20:]
 
 
+@pytest.mark.e2e
 def test_same_seed_same_returns(tmp_path):
     runs = []
     for name in ["a", "b"]:
@@ -205,12 +191,14 @@ def test_same_seed_same_returns(tmp_path):
     assert runs[0] == runs[1]
 
 
+@pytest.mark.e2e
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
     flags = ["--total-timesteps", "40960", "--seed", "3", "--save-model", "--checkpoint-interval", "4096"]
     run_dir = check_killed_run_resumes_to_the_same_weights("ppo.py", flags, tmp_path, "charts/SPS")
     assert [step for step, _ in scalars(run_dir, "charts/SPS")] == list(range(512, 40960 + 1, 512))
 
 
+@pytest.mark.e2e
 def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
     check_sigterm_checkpoints_and_resumes("ppo.py", tmp_path, long_budget=200704, resume_budget=10240)
 
@@ -227,10 +215,18 @@ def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
         (["--total-timesteps", "-5"], ["--total-timesteps must be positive"]),
         (["--update-epochs", "0"], ["--update-epochs must be positive"]),
         (["--checkpoint-interval", "-1"], ["--checkpoint-interval must be >= 0"]),
-        (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint.pt"]),
+        (["--seed", "-1"], ["--seed must be in [0, 2**32)"]),
+        (["--seed", "4294967296"], ["--seed must be in [0, 2**32)"]),
+        (["--batch-size", "5"], ["--batch-size"]),  # computed from --num-envs * --num-steps: not a flag
+        (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no such folder"]),
     ],
 )
-def test_bad_input_is_one_clear_line(tmp_path, flags, fragments):
-    result = run_script("ppo.py", *flags, cwd=tmp_path)
-    assert_clean_failure(result, *fragments)
-    assert not (tmp_path / "runs").exists() or flags[0] == "--env-id", "a bad input started a run"
+def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, flags, fragments):
+    check_bad_input_in_process("ppo.py", flags, fragments, tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.e2e
+def test_bad_input_in_a_new_process(tmp_path):
+    result = run_script("ppo.py", "--num-minibatches", "3", cwd=tmp_path)
+    assert_clean_failure(result, "--num-minibatches 3 must divide")
+    assert not (tmp_path / "runs").exists(), "a bad input started a run"
