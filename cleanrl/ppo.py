@@ -134,8 +134,7 @@ class Agent(nn.Module):
 
     def get_action(self, x):
         logits = self.actor(x.flatten(1))
-        # Gumbel-max trick: argmax(logits + Gumbel noise) is a sample from softmax(logits), at a fraction of the
-        # cost of torch.distributions
+        # Gumbel-max: argmax(logits + Gumbel noise) samples softmax(logits) at a fraction of torch.distributions' cost
         return (logits - torch.empty_like(logits).exponential_().log()).argmax(dim=-1)
 
     def evaluate_actions(self, x, action):
@@ -186,15 +185,11 @@ def check_args(args):
         env = gym.make(args.env_id)
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
-    if not isinstance(env.observation_space, gym.spaces.Box):
+    if not isinstance(env.observation_space, gym.spaces.Box) or not isinstance(env.action_space, gym.spaces.Discrete):
         fail(
-            f"--env-id {args.env_id} has a {type(env.observation_space).__name__} observation space; ppo.py's MLP needs "
-            "a Box one (wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)"
-        )
-    if not isinstance(env.action_space, gym.spaces.Discrete):
-        fail(
-            f"--env-id {args.env_id} has a {type(env.action_space).__name__} action space; ppo.py supports Discrete "
-            "ones only (use ppo_continuous_action.py for Box actions)"
+            f"--env-id {args.env_id} has a {type(env.observation_space).__name__} observation space and a "
+            f"{type(env.action_space).__name__} action space; ppo.py needs a Box observation space (wrap others with "
+            "gymnasium.wrappers.FlattenObservation) and a Discrete action space (ppo_continuous_action.py takes Box ones)"
         )
     env.close()
 

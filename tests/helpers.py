@@ -215,10 +215,11 @@ def check_killed_run_resumes_to_the_same_weights(script: str, flags: list[str], 
 
 def sigterm_mid_run(script: str, flags: list[str], tmp_path: pathlib.Path, delay: float = 1.0):
     """Start a checkpointing run (an interval beyond its budget: only the signal writes one), SIGTERM it `delay`
-    seconds after its first log: it must exit with 143 and say how to resume. Returns its run folder and the
+    seconds after its first line: it must exit with 143 and say how to resume. Returns its run folder and the
     checkpoint it wrote."""
     process = start_script(script, *flags, "--checkpoint-interval", str(10**12), cwd=tmp_path)
-    wait_for(lambda: list((tmp_path / "runs").rglob("events.out.tfevents.*")), process)
+    # the scripts print their first line once the run is set up, its SIGTERM handler included
+    assert process.stdout.readline(), f"the run ended early: {process.communicate()[1][-3000:]}"
     time.sleep(delay)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)

@@ -208,7 +208,7 @@ def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
     [
         (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
         (["--env-id", "no_such_module:Thing-v0"], ["--env-id no_such_module:Thing-v0"]),
-        (["--env-id", "Pendulum-v1"], ["Box action space", "ppo_continuous_action.py"]),
+        (["--env-id", "Pendulum-v1"], ["a Box action space", "ppo_continuous_action.py"]),
         (["--env-id", "FrozenLake-v1"], ["Discrete observation space", "FlattenObservation"]),
         (["--num-minibatches", "3"], ["--num-minibatches 3 must divide", "512"]),
         (["--num-envs", "0"], ["--num-envs must be positive"]),

@@ -1,9 +1,8 @@
 """cleanrl/qdagger_dqn_atari_impalacnn.py: the IMPALA CNN on real frames, the distillation loss and its decaying
-coefficient by hand, the buffer shared with dqn_atari.py, and the script as a user runs it with a teacher made by
+coefficient by hand, the teacher network shared with dqn_atari.py, and the script as a user runs it with a teacher made by
 dqn_atari.py --save-model (every flag, resume in the offline phase to the same weights, SIGTERM in the online phase,
 bad inputs). The student's IMPALA CNN is slow on a CPU: the budgets are a few dozen updates."""
 
-import ast
 import math
 
 import gymnasium as gym
@@ -11,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 from helpers import (
-    REPO,
     assert_clean_failure,
     check_bad_input_in_process,
     check_enjoy_replays_the_evaluation,
@@ -35,6 +33,18 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
+def untrained_teacher(tmp_path_factory):
+    """A file of the teacher's format (a Nature-CNN Q-network's state dict for Breakout), made in this process: the bad
+    inputs need a readable teacher, not a trained one."""
+    qdagger = load_script("qdagger_dqn_atari_impalacnn")
+    envs = gym.vector.SyncVectorEnv([qdagger.make_env("BreakoutNoFrameskip-v4", 0, False, "test")])
+    path = tmp_path_factory.mktemp("untrained") / "dqn_atari.cleanrl_model"
+    torch.save(qdagger.TeacherNetwork(envs).state_dict(), path)
+    envs.close()
+    return path
+
+
+@pytest.fixture(scope="module")
 def teacher(tmp_path_factory):
     """A teacher as a user makes one: dqn_atari.py --save-model (a tiny budget: a weak but real DQN model)."""
     cwd = tmp_path_factory.mktemp("teacher")
@@ -44,16 +54,13 @@ def teacher(tmp_path_factory):
     return only_run_dir(cwd) / "dqn_atari.cleanrl_model"
 
 
-def class_source(script, name):
-    source = (REPO / "cleanrl" / script).read_text()
-    return next(ast.get_source_segment(source, node) for node in ast.parse(source).body if getattr(node, "name", "") == name)
-
-
 def test_buffer_and_teacher_network_are_dqn_ataris():
-    """The buffer is dqn_atari.py's, verbatim (its tests cover it); the teacher is dqn_atari.py's QNetwork, layer for
-    layer, so that a dqn_atari.py model loads and gives the same Q-values."""
-    assert class_source(SCRIPT, "FrameReplayBuffer") == class_source("dqn_atari.py", "FrameReplayBuffer")
+    """The buffer is cleanrl_utils.buffers' (test_value_based_atari.py covers it); the teacher is dqn_atari.py's
+    QNetwork, layer for layer, so that a dqn_atari.py model loads and gives the same Q-values."""
+    from cleanrl_utils.buffers import FrameReplayBuffer
+
     qdagger, dqn_atari = load_script("qdagger_dqn_atari_impalacnn"), load_script("dqn_atari")
+    assert qdagger.FrameReplayBuffer is FrameReplayBuffer
     envs = gym.vector.SyncVectorEnv([dqn_atari.make_env("BreakoutNoFrameskip-v4", 0, False, "test")])
     obs, _ = envs.reset(seed=0)
     torch.manual_seed(0)
@@ -129,6 +136,7 @@ def test_distill_coefficient_by_hand():
     assert coefficient([-21.0] * 10, -15.0) == 1.0 and coefficient([-10.0] * 10, -15.0) == 0.0
 
 
+@pytest.mark.e2e
 def test_smoke_with_every_flag(tmp_path, teacher):
     """All three phases run with every flag; the teacher's weights are the file's, its logged score is the one the
     evaluator gets from the file on the same games, and the student is saved, evaluated and replayed on video."""
@@ -137,16 +145,17 @@ def test_smoke_with_every_flag(tmp_path, teacher):
     flags += ["--checkpoint-interval", "400", "--checkpoint-buffer"]
     run_dir = run_with_every_flag(SCRIPT, flags, tmp_path)
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
-    assert checkpoint["phase"] == "online" and checkpoint["global_step"] == 400
-    assert (checkpoint["teacher_step"], checkpoint["offline_step"]) == (50, 3)
+    state = checkpoint["state"]
+    assert state["phase"] == "online" and checkpoint["global_step"] == 400 and checkpoint["finished"]
+    assert (state["teacher_step"], state["offline_step"]) == (50, 3) and state["rb"] is not None
     for name, tensor in torch.load(teacher).items():
-        assert torch.equal(checkpoint["teacher"][name].cpu(), tensor), name
+        assert torch.equal(state["teacher"][name].cpu(), tensor), name
     from cleanrl_utils.evals.dqn_eval import evaluate
 
     qdagger = load_script("qdagger_dqn_atari_impalacnn")
-    expected = evaluate(str(teacher), qdagger.make_env, "BreakoutNoFrameskip-v4", 2, "t", qdagger.TeacherNetwork,
-                        capture_video=False, seed=1 + 100_000)  # fmt: skip
-    assert checkpoint["teacher_returns"] == expected
+    env_id, network = "BreakoutNoFrameskip-v4", qdagger.TeacherNetwork
+    expected = evaluate(str(teacher), qdagger.make_env, env_id, 2, "t", network, capture_video=False, seed=1 + 100_000)
+    assert state["teacher_returns"] == expected
     [(step, logged_mean)] = scalars(run_dir, "charts/teacher/avg_episodic_return")
     assert step == 0 and logged_mean == pytest.approx(np.mean(expected))
 
@@ -165,6 +174,7 @@ def test_smoke_with_every_flag(tmp_path, teacher):
     check_enjoy_replays_the_evaluation(run_dir, tmp_path, games=2)  # the saved IMPALA student
 
 
+@pytest.mark.e2e
 def test_run_killed_in_the_offline_phase_resumes_there_to_the_same_weights(tmp_path, teacher):
     """The first checkpoint falls in the offline phase (the teacher's 3 steps are fewer than the interval), after 4 of
     its 20 updates; the run is killed there and resumed with the teacher's buffer: it goes on with the offline updates,
@@ -174,51 +184,65 @@ def test_run_killed_in_the_offline_phase_resumes_there_to_the_same_weights(tmp_p
     flags += ["--checkpoint-interval", "4", "--checkpoint-buffer"]
     run_dir = check_killed_run_resumes_to_the_same_weights(SCRIPT, flags, tmp_path, "offline/q_values")
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
-    assert checkpoint["phase"] == "online" and checkpoint["global_step"] == 24 and checkpoint["offline_step"] == 20
+    assert checkpoint["state"]["phase"] == "online" and checkpoint["global_step"] == 24
+    assert checkpoint["state"]["offline_step"] == 20
 
 
+@pytest.mark.e2e
 def test_sigterm_in_the_online_phase_then_the_resumed_run_refills_the_buffer(tmp_path, teacher):
     """SIGTERM in the online phase: a checkpoint without the buffer (the default) that says so, exit code 143 and a
     line saying how to resume. The resumed run stays online, continues the games, and refills the student's buffer
     for --learning-starts steps before it learns."""
-    flags = ["--teacher-model-path", str(teacher), "--teacher-steps", "20", "--offline-steps", "0", *SMALL]
-    flags += ["--total-timesteps", "1000000", "--learning-starts", "1000000"]
-    run_dir, checkpoint = sigterm_mid_run(SCRIPT, flags, tmp_path, delay=3.0)
-    stopped = checkpoint["global_step"]
-    assert checkpoint["phase"] == "online" and 0 < stopped < 1_000_000, (checkpoint["phase"], stopped)
-    assert checkpoint["replay_buffer"] is None and checkpoint["envs"] is not None
+    flags = [
+        "--teacher-model-path",
+        str(teacher),
+        "--teacher-steps",
+        "20",
+        "--offline-steps",
+        "0",
+        "--teacher-eval-episodes",
+        "1",
+    ]
+    flags += ["--buffer-size", "1000", "--total-timesteps", "1000000", "--learning-starts", "40"]
+    # the first log comes before the teacher's evaluation game and its 20 steps: on a loaded machine they take seconds
+    run_dir, checkpoint = sigterm_mid_run(SCRIPT, flags, tmp_path, delay=15.0)
+    stopped, state = checkpoint["global_step"], checkpoint["state"]
+    assert state["phase"] == "online" and 0 < stopped < 1_000_000, (state["phase"], stopped)
+    assert state["rb"] is None and state["envs"] is not None
 
     end = stopped + 60
-    flags = ["--resume", str(run_dir), "--total-timesteps", str(end), "--learning-starts", "40"]
-    result = run_script(SCRIPT, *flags, cwd=tmp_path)
+    result = run_script(SCRIPT, "--resume", str(run_dir), "--total-timesteps", str(end), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"refilling it for 40 steps, learning again after step {stopped + 40}" in result.stderr
-    assert "starting new games" not in result.stderr and "teacher refills" not in result.stderr
-    assert f"online: {end}/{end}" in result.stdout and "teacher: " not in result.stdout  # it stayed online to the end
+    assert "no env state" not in result.stderr and "teacher refills" not in result.stderr
+    assert f"step {end}/{end} (online)" in result.stdout and "(teacher)" not in result.stdout  # it stayed online
 
 
-NO_TEACHER = ["--total-timesteps", "100"]
 BAD_INPUTS = [
     ([], ["exactly one teacher", "--teacher-model-path", "--teacher-model-repo"]),
     (["--teacher-model-path", "t.cleanrl_model", "--teacher-model-repo", "me/dqn"], ["exactly one teacher"]),
     (["--teacher-model-path", "missing.cleanrl_model"], ["--teacher-model-path missing.cleanrl_model: no such file"]),
-    (["--teacher-model-path", "{teacher}", "--env-id", "CartPole-v1"], ["CartPole-v1", "not images", "dqn.py"]),
+    (["--teacher-model-path", "{teacher}", "--env-id", "CartPole-v1"], ["CartPole-v1", "not an ALE game", "dqn.py"]),
     (["--teacher-model-path", "{teacher}", "--env-id", "NoSuchGameNoFrameskip-v4"], ["--env-id NoSuchGameNoFrameskip-v4"]),
     (["--teacher-model-path", "{teacher}", "--env-id", "PongNoFrameskip-v4"], ["teacher has 4 actions, the game 6"]),
-    (["--teacher-model-path", "{teacher}", "--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger"]),
+    (["--teacher-model-path", "{teacher}", "--batch-size", "512", "--buffer-size", "100"], ["--buffer-size 100 must hold"]),
     (["--teacher-model-path", "{teacher}", "--offline-steps", "-1"], ["--offline-steps must be >= 0, got -1"]),
     (["--teacher-model-path", "{teacher}", "--temperature", "0"], ["--temperature must be positive"]),
-    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint"]),
+    (["--teacher-model-path", "{teacher}", "--seed", "-1"], ["--seed must be in [0, 2**32)"]),
+    (["--teacher-model-path", "{teacher}", "--learning-starts", "100", "--total-timesteps", "100"], ["--learning-starts 100"]),
+    (["--teacher-model-path", "{teacher}", "--num-iterations", "5"], ["--num-iterations"]),  # computed: not a flag
+    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no such folder"]),
 ]
 
 
 @pytest.mark.parametrize("flags, fragments", BAD_INPUTS, ids=[" ".join(flags) for flags, _ in BAD_INPUTS])
-def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, teacher, flags, fragments):
+def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, untrained_teacher, flags, fragments):
     # in this process; the two tests below meet a bad teacher as a user does, in a new one
-    flags = [flag.format(teacher=teacher) for flag in flags]
+    flags = [flag.format(teacher=untrained_teacher) for flag in flags]
     check_bad_input_in_process(SCRIPT, flags, fragments, tmp_path, monkeypatch, capsys)
 
 
+@pytest.mark.e2e
 def test_a_file_that_is_not_a_dqn_atari_model_is_one_clear_line(tmp_path):
     torch.save({"something": torch.zeros(3)}, tmp_path / "other.cleanrl_model")
     (tmp_path / "text.cleanrl_model").write_text("not a model")
@@ -227,6 +251,7 @@ def test_a_file_that_is_not_a_dqn_atari_model_is_one_clear_line(tmp_path):
         assert_clean_failure(result, f"{name}: not a model saved by dqn_atari.py --save-model")
 
 
+@pytest.mark.e2e
 def test_an_unreachable_hub_teacher_is_one_clear_line(tmp_path):
     """The Hub path without network (HF_HUB_OFFLINE, an empty cache): no traceback, the repository named."""
     flags = ["--teacher-model-repo", "someone/BreakoutNoFrameskip-v4-dqn_atari-seed1"]

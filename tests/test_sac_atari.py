@@ -1,9 +1,8 @@
 """cleanrl/sac_atari.py: the discrete soft target and the actor and temperature losses against values computed by hand,
-the networks on real Breakout frames, dqn_atari.py's replay buffer and env (copied, so their tests cover them here),
+the networks on real Breakout frames (the replay buffer is cleanrl_utils.buffers', tested in test_value_based_atari.py),
 and the script as a user runs it (smoke with every flag, resume with the buffer to the same weights, SIGTERM then a
 resume that refills the buffer, bad inputs)."""
 
-import ast
 import math
 
 import gymnasium as gym
@@ -11,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 from helpers import (
-    REPO,
     assert_clean_failure,
     check_bad_input_in_process,
     check_enjoy_replays_the_evaluation,
@@ -97,23 +95,14 @@ def test_alpha_loss_by_hand():
     assert log_alpha.grad.item() < 0
 
 
-def source_of(script, name):
-    source = (REPO / "cleanrl" / script).read_text()
-    return next(ast.get_source_segment(source, node) for node in ast.parse(source).body if getattr(node, "name", "") == name)
-
-
-def test_shares_dqn_ataris_buffer_and_env():
-    """FrameReplayBuffer and make_env are dqn_atari.py's, unchanged: test_value_based_atari.py's checks of the buffer
-    against a real game and of the preprocessing cover this script too."""
-    for name in ["FrameReplayBuffer", "make_env", "real_next_observations"]:
-        assert source_of(SCRIPT, name) == source_of("dqn_atari.py", name), name
-
-
 def test_networks_on_real_frames():
     """On Breakout's uint8 observations: Q-values of every action from each critic, a categorical policy whose
     probabilities sum to 1 and whose samples cover the actions; four separate trunks (no weight shared); the float
-    observations of the evaluator give the same outputs as the uint8 ones of training."""
+    observations of the evaluator give the same outputs as the uint8 ones of training. The buffer is the shared one."""
+    from cleanrl_utils.buffers import FrameReplayBuffer
+
     sac_atari = load_script("sac_atari")
+    assert sac_atari.FrameReplayBuffer is FrameReplayBuffer
     envs = gym.vector.SyncVectorEnv([sac_atari.make_env("BreakoutNoFrameskip-v4", 0, False, "test")])
     obs, _ = envs.reset(seed=0)
     envs.close()
@@ -134,12 +123,13 @@ def test_networks_on_real_frames():
     torch.testing.assert_close(actor(batch[:1].float()), actor(batch[:1]))
 
 
+@pytest.mark.e2e
 def test_smoke_with_every_flag(tmp_path):
     flags = ["--total-timesteps", "400", "--learning-starts", "380", "--buffer-size", "500", "--batch-size", "32"]
     flags += ["--capture-video", "--save-model", "--track", "--checkpoint-interval", "200", "--checkpoint-buffer"]
     run_dir = run_with_every_flag(SCRIPT, flags, tmp_path)
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
-    frames, counts = checkpoint["replay_buffer"]["frames"], checkpoint["replay_buffer"]["counts"]
+    frames, counts = checkpoint["state"]["rb"]["frames"], checkpoint["state"]["rb"]["counts"]
     assert checkpoint["global_step"] == 400 and 400 < counts[0] < 500 and frames.shape == (1, counts[0], 84, 84)
     tags = scalar_tags(run_dir)
     for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "losses/qf_loss", "losses/qf2_values"]:
@@ -156,6 +146,7 @@ def test_smoke_with_every_flag(tmp_path):
     check_enjoy_replays_the_evaluation(run_dir, tmp_path)
 
 
+@pytest.mark.e2e
 def test_killed_run_resumes_to_the_same_weights_with_the_buffer(tmp_path):
     """With --checkpoint-buffer the resumed run has everything the uninterrupted one had (the emulators' states, the
     RNGs the random warm-up and the policy's samples draw from, alpha and its optimizer): identical weights at the end,
@@ -164,44 +155,51 @@ def test_killed_run_resumes_to_the_same_weights_with_the_buffer(tmp_path):
     flags += ["--checkpoint-interval", "400", "--checkpoint-buffer", "--save-model"]
     run_dir = check_killed_run_resumes_to_the_same_weights(SCRIPT, flags, tmp_path, "losses/qf1_values")
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
-    assert checkpoint["global_step"] == 800 and checkpoint["envs"] is not None
-    assert checkpoint["replay_buffer"]["counts"][0] > 800  # a frame per step, plus one per episode start
-    assert checkpoint["log_alpha"].item() != 0.0  # autotuned: alpha moved from 1
-    torch.testing.assert_close(checkpoint["qf_target"], checkpoint["qf"])  # tau 1 copied the critics at step 800
+    state = checkpoint["state"]
+    assert checkpoint["global_step"] == 800 and checkpoint["finished"] and state["envs"] is not None
+    assert state["rb"]["counts"][0] > 800  # a frame per step, plus one per episode start
+    assert state["log_alpha"].item() != 0.0  # autotuned: alpha moved from 1
+    for critic in ["qf1", "qf2"]:  # tau 1 copied the critics at step 800
+        torch.testing.assert_close(state[f"{critic}_target"], state[critic])
 
 
+@pytest.mark.e2e
 def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path):
     """SIGTERM mid-run: a checkpoint without the buffer (the default), exit code 143 and a line saying how to
     resume. The resumed run continues the games where they were, acts with its policy without an update for
     --learning-starts steps, then takes one gradient step every --update-frequency steps."""
     flags = ["--total-timesteps", "1000000", "--learning-starts", "150", *SMALL]
-    run_dir, checkpoint = sigterm_mid_run(SCRIPT, flags, tmp_path)
+    # 5 s after the first log: the signal handler is in place once the envs and the five CNNs are built (a loaded machine)
+    run_dir, checkpoint = sigterm_mid_run(SCRIPT, flags, tmp_path, delay=5.0)
     stopped = checkpoint["global_step"]
-    assert 0 < stopped < 1_000_000 and checkpoint["replay_buffer"] is None and checkpoint["envs"] is not None
+    assert 0 < stopped < 1_000_000 and checkpoint["state"]["rb"] is None and checkpoint["state"]["envs"] is not None
 
     def gradient_steps(checkpoint):
-        state = checkpoint["q_optimizer"]["state"]
+        state = checkpoint["state"]["q_optimizer"]["state"]
         return int(state[0]["step"]) if state else 0
 
     end = (stopped // 100 + 3) * 100  # 200 to 300 more steps, a checkpoint at each hundred and at the end
     flags = ["--resume", str(run_dir), "--total-timesteps", str(end), "--checkpoint-interval", "100"]
     result = run_script(SCRIPT, *flags, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"refilling with the policy for 150 steps, learning again after step {stopped + 150}" in result.stderr
-    assert "starting new games" not in result.stderr
+    assert f"no replay buffer in the checkpoint: refilling it until step {stopped + 150}" in result.stderr
+    assert "no env state" not in result.stderr  # the games went on where they were
     final = load_checkpoint(checkpoint_files(run_dir)[0])
-    assert final["global_step"] == end and final["updates_start"] == stopped + 150
+    assert final["global_step"] == end
     new_steps = len([step for step in range(stopped + 151, end + 1) if step % 4 == 0])
     assert gradient_steps(final) == gradient_steps(checkpoint) + new_steps
 
 
 BAD_INPUTS = [
-    (["--env-id", "CartPole-v1"], ["CartPole-v1", "not images", "use dqn.py or ppo.py"]),
+    (["--env-id", "CartPole-v1"], ["CartPole-v1", "not an ALE game with image observations", "use dqn.py or ppo.py"]),
     (["--env-id", "NoSuchGameNoFrameskip-v4"], ["--env-id NoSuchGameNoFrameskip-v4"]),
-    (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
+    (["--batch-size", "512", "--buffer-size", "100"], ["--buffer-size 100 must hold --batch-size 512"]),
     (["--target-entropy-scale", "0"], ["--target-entropy-scale must be in (0, 1]", "got 0.0"]),
     (["--target-entropy-scale", "1.5"], ["--target-entropy-scale must be in (0, 1]", "got 1.5"]),
-    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint"]),
+    (["--seed", "-1"], ["--seed must be in [0, 2**32)"]),
+    (["--learning-starts", "500", "--total-timesteps", "500"], ["--learning-starts 500 must be below --total-timesteps 500"]),
+    (["--num-iterations", "5"], ["--num-iterations"]),  # computed from --total-timesteps and --num-envs: not a flag
+    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no such folder"]),
 ]
 
 
@@ -210,6 +208,7 @@ def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, flags, fragm
     check_bad_input_in_process(SCRIPT, flags, fragments, tmp_path, monkeypatch, capsys)
 
 
+@pytest.mark.e2e
 def test_a_bad_input_in_a_new_process_is_one_clear_line(tmp_path):
     """A bad input as a user meets it, in a new process (the cases above run in this one)."""
     flags, fragments = BAD_INPUTS[0]
