@@ -1,8 +1,9 @@
-"""cleanrl/dqn_atari_jax.py and c51_atari_jax.py, the JAX twins of dqn_atari.py and c51_atari.py: the pieces they copy
-from their torch twins (make_env, FrameReplayBuffer, whose tests in test_value_based_atari.py therefore cover them),
-the flax Nature CNN on real frames, C51's projection in jax.numpy against the torch one, and both scripts as a user
-runs them (smoke with every flag, resume to the same weights, bad inputs; their SIGTERM test is
-test_value_based_atari.py's)."""
+"""cleanrl/dqn_atari_jax.py and c51_atari_jax.py, the JAX twins of dqn_atari.py and c51_atari.py: the pieces they share
+with their torch twins (make_env, real_next_observations, linear_schedule, cleanrl_utils.buffers' FrameReplayBuffer,
+whose tests in test_value_based_atari.py therefore cover them), the flax Nature CNN on real frames, C51's projection in
+jax.numpy against the torch one, and both scripts as a user runs them (smoke with every flag, a killed run resumed to
+the same weights, bad inputs). Their SIGTERM test (a resume without the replay buffer refills it) and a bad input in a
+new process are test_value_based_atari.py's, which runs the whole value-based Atari family."""
 
 import ast
 
@@ -39,13 +40,15 @@ def top_level_source(script, name):
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_copies_its_torch_twins_env_and_buffer(script):
-    """The preprocessing, the frame-once replay buffer, the transitions it is fed and the checkpointed emulator state
-    are the torch twin's, character for character: the twins train on the same data."""
+def test_shares_its_torch_twins_env_and_buffer(script):
+    """The preprocessing and the transitions fed to the buffer are the torch twin's, character for character, and the
+    frame-once replay buffer is the one of cleanrl_utils.buffers: the twins train on the same data."""
     twin = script.replace("_jax", "")
-    shared = ["make_env", "FrameReplayBuffer", "real_next_observations", "linear_schedule", "pickle_envs", "unpickle_envs"]
-    for name in shared:
+    for name in ["make_env", "real_next_observations", "linear_schedule"]:
         assert top_level_source(script, name) == top_level_source(twin, name), name
+    from cleanrl_utils.buffers import FrameReplayBuffer
+
+    assert load_script(script[: -len(".py")]).FrameReplayBuffer is FrameReplayBuffer
 
 
 def flax_and_torch_networks(name):
@@ -106,15 +109,19 @@ def test_c51_projection_equals_the_torch_twins():
         np.testing.assert_allclose((target[done] * atoms).sum(axis=1), rewards[done].clip(-10, 10), atol=1e-4)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_with_every_flag(tmp_path, script):
     flags = ["--total-timesteps", "600", "--learning-starts", "350", "--buffer-size", "500", "--batch-size", "32"]
     flags += ["--capture-video", "--save-model", "--track", "--checkpoint-interval", "300", "--checkpoint-buffer"]
     run_dir = run_with_every_flag(script, flags, tmp_path)
+    assert [path.name for path in checkpoint_files(run_dir)] == ["checkpoint.pt"]
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
-    assert checkpoint_files(run_dir)[0].name == "checkpoint.pkl"
-    assert checkpoint["global_step"] == 600 and checkpoint["replay_buffer"]["frames"].shape == (1, 500, 84, 84)
-    assert int(checkpoint["q_state"]["step"]) == 600 // 4 - 350 // 4  # a gradient step every 4th step after 350
+    state = checkpoint["state"]
+    assert checkpoint["global_step"] == 600 and checkpoint["finished"] and state["rb"]["frames"].shape == (1, 500, 84, 84)
+    # the flax TrainState as flax.serialization.to_state_dict writes it, as numpy arrays
+    assert set(state["q_state"]) == {"step", "params", "target_params", "opt_state"}
+    assert int(state["q_state"]["step"]) == 600 // 4 - 350 // 4  # a gradient step every 4th step after 350
     tags = scalar_tags(run_dir)
     for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon"]:
         assert tag in tags, tag
@@ -128,29 +135,33 @@ def test_smoke_with_every_flag(tmp_path, script):
     check_enjoy_replays_the_evaluation(run_dir, tmp_path)
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_killed_run_resumes_to_the_same_weights_with_the_buffer(tmp_path, script):
+@pytest.mark.e2e
+def test_killed_run_resumes_to_the_same_weights_with_the_buffer(tmp_path):
     """With --checkpoint-buffer the resumed run has everything the uninterrupted one had (train state, buffer, RNGs,
     the emulators' states): the saved flax parameters are byte-identical at the end (JAX on the CPU computes the same
-    jitted update bit for bit from the same inputs)."""
+    jitted update bit for bit from the same inputs). c51_atari_jax.py checkpoints with the same code."""
     flags = ["--total-timesteps", "1200", "--learning-starts", "600", *SMALL, "--seed", "3"]
     flags += ["--checkpoint-interval", "400", "--checkpoint-buffer", "--save-model"]
-    run_dir = check_killed_run_resumes_to_the_same_weights(script, flags, tmp_path, "losses/q_values")
+    run_dir = check_killed_run_resumes_to_the_same_weights("dqn_atari_jax.py", flags, tmp_path, "losses/q_values")
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
-    assert checkpoint["global_step"] == 1200 and checkpoint["envs"] is not None
-    assert checkpoint["replay_buffer"]["counts"][0] > 1200  # a frame per step, plus one per episode start
-    assert int(checkpoint["q_state"]["step"]) == 1200 // 4 - 600 // 4
+    assert checkpoint["global_step"] == 1200 and checkpoint["state"]["envs"] is not None
+    assert checkpoint["state"]["rb"]["counts"][0] > 1200  # a frame per step, plus one per episode start
+    assert int(checkpoint["state"]["q_state"]["step"]) == 1200 // 4 - 600 // 4
 
 
 BAD_INPUTS = [
-    (["--env-id", "CartPole-v1"], ["CartPole-v1", "not images", "{peer}"]),
+    (["--env-id", "CartPole-v1"], ["--env-id CartPole-v1 is not an ALE Atari game", "{peer}"]),
     (["--env-id", "NoSuchGameNoFrameskip-v4"], ["--env-id NoSuchGameNoFrameskip-v4"]),
     (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
     (["--buffer-size", "0"], ["--buffer-size must be positive"]),
-    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint.pkl"]),
+    (["--seed", "-1"], ["--seed must be in [0, 2**32)"]),
+    (["--learning-starts", "600", "--total-timesteps", "600"], ["--learning-starts 600", "--total-timesteps 600"]),
+    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no such folder"]),
 ]
 SPECIFIC_BAD_INPUTS = [
     ("dqn_atari_jax.py", ["--tau", "1.5"], ["--tau must be in (0, 1], got 1.5"]),
+    ("dqn_atari_jax.py", ["--num-iterations", "5"], ["--num-iterations"]),  # computed from the budget: not a flag
+    ("dqn_atari_jax.py", ["--upload-model"], ["--upload-model", "--save-model"]),
     ("c51_atari_jax.py", ["--n-atoms", "1"], ["--n-atoms must be at least 2, got 1"]),
     ("c51_atari_jax.py", ["--v-min", "10", "--v-max", "-10"], ["--v-min 10.0 must be below --v-max -10.0"]),
 ]
