@@ -3,61 +3,28 @@ import glob
 import importlib
 import json
 import os
-import pickle
 import random
 import shlex
-import signal
 import sys
-import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
 
 import ale_py
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn.functional as F
 import tyro
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import Progress
 from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
 
+from cleanrl_utils.buffers import FrameReplayBuffer
+
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment"""
-    seed: int = 1
-    """seed of the experiment"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, cuda will be used when available"""
-    track: bool = False
-    """if toggled, this experiment will be tracked with Weights and Biases"""
-    wandb_project_name: str = "cleanRL"
-    """the wandb's project name"""
-    wandb_entity: str | None = None
-    """the entity (team) of wandb's project"""
-    capture_video: bool = False
-    """whether to capture videos of the agent performances (check out `videos` folder)"""
-    save_model: bool = False
-    """whether to save the model into `runs/{run_name}` and evaluate it for 10 games"""
-    upload_model: bool = False
-    """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
-    hf_entity: str | None = None
-    """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
-    checkpoint_interval: int = 0
-    """environment steps between checkpoints written to `runs/{run_name}/checkpoint.pt` (0 = off)"""
-    checkpoint_buffer: bool = False
-    """whether checkpoints also hold the replay buffer (the default 1M frames take 7.1 GB on disk too).
-    Without it, a resumed run refills an empty buffer: it acts epsilon-greedily, without learning, for `--learning-starts` steps"""
-    resume: str | None = None
-    """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
-
     # Algorithm specific arguments
     env_id: str = "BreakoutNoFrameskip-v4"
     """the id of the Atari game (any ALE id: `BreakoutNoFrameskip-v4` has no sticky actions, `ALE/Breakout-v5` repeats the last action with probability 0.25)"""
@@ -68,8 +35,7 @@ class Args:
     num_envs: int = 1
     """the number of parallel game environments"""
     buffer_size: int = 1000000
-    """the replay memory size in frames, about as many transitions (each 84x84 frame is stored once: 1M take 7.1 GB,
-    the process peaks at about 7.7 GB RSS with it full)"""
+    """the replay memory size in frames, about as many transitions (each frame stored once: 1M take 7.1 GB, 7.7 GB peak RSS)"""
     gamma: float = 0.99
     """the discount factor gamma"""
     tau: float = 1.0
@@ -88,6 +54,35 @@ class Args:
     """timestep to start learning"""
     train_frequency: int = 4
     """the number of vector steps between gradient steps"""
+
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the model into `runs/{run_name}` and evaluate it for 10 episodes"""
+    upload_model: bool = False
+    """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
+    hf_entity: str | None = None
+    """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
+    checkpoint_interval: int = 0
+    """environment steps between checkpoints in `runs/{run_name}/checkpoint.pt` (0 = off; needs cleanrl_utils)"""
+    checkpoint_buffer: bool = False
+    """whether checkpoints hold the replay buffer too (7.1 GB at 1M frames); without it a resumed run refills it first"""
+    resume: str | None = None
+    """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
 
 
 def fail(message: str):
@@ -121,6 +116,7 @@ def make_env(env_id, idx, capture_video, run_name):
     return thunk
 
 
+# ALGO LOGIC: initialize agent here:
 class QNetwork(nn.Module):
     """The Nature DQN CNN; it takes the uint8 frames and scales them itself, so the buffer and the batches stay uint8."""
 
@@ -149,12 +145,6 @@ def linear_schedule(start_e: float, end_e: float, duration: int, t: int) -> floa
     return max(slope * t + start_e, end_e)
 
 
-def td_target(rewards, next_q_target, terminations, gamma):
-    """r + gamma * max_a' Q_target(s', a'), without the bootstrap where the episode terminated (a lost life too, as
-    in the paper). The ALE's time limit is a truncation, stored as not terminated: it bootstraps."""
-    return rewards + gamma * next_q_target.max(dim=1).values * (1.0 - terminations)
-
-
 def real_next_observations(next_obs, infos):
     """Where an episode ended, next_obs is already the next episode's first observation: the transition's real
     next observation is in infos["final_obs"]."""
@@ -165,169 +155,18 @@ def real_next_observations(next_obs, infos):
     return real_next_obs
 
 
-class FrameReplayBuffer:
-    """A replay memory that stores each 84x84 frame once, not 8 times (4 stacked in obs, 4 in next obs): per env a
-    ring of frame slots, each with its frame's position in that env's stream and its episode's first position. The
-    transition stored with frame p has the observation stacked from frames p-4..p-1 and the next one from p-3..p,
-    both rebuilt at sampling time; positions before the episode's first frame are clamped to it, which is how
-    FrameStackObservation pads a new episode (every life is one). A transition is sampled only while all its frames
-    are live (not overwritten), so stacks never mix episodes or overwritten frames.
-    Memory: 7,056 bytes a frame plus 33 for the rest; at the default 1,000,000 frames 7.1 GB, and filling one took
-    the process to 7.7 GB peak RSS (see README), where a buffer of whole observations would take 56 GB."""
-
-    def __init__(self, buffer_size, num_envs, observation_space):
-        self.stack = observation_space.shape[0]
-        self.capacity = -(-buffer_size // num_envs)  # frame slots per env
-        shape = (num_envs, self.capacity)
-        self.frames = np.zeros(shape + observation_space.shape[1:], dtype=observation_space.dtype)
-        self.positions = np.full(shape, -1, dtype=np.int64)  # the position of the slot's frame in its env's stream
-        self.episode_starts = np.zeros(shape, dtype=np.int64)  # the position of its episode's first frame here
-        self.ends_transition = np.zeros(shape, dtype=bool)  # False for the frames that only start an episode
-        self.actions = np.zeros(shape, dtype=np.int64)
-        self.rewards = np.zeros(shape, dtype=np.float32)
-        self.terminations = np.zeros(shape, dtype=np.float32)
-        self.counts = np.zeros(num_envs, dtype=np.int64)  # frames written per env
-        self.open = np.zeros(num_envs, dtype=bool)  # whether the env's current episode already has frames here
-        self.current_starts = np.zeros(num_envs, dtype=np.int64)
-
-    def _write(self, i, frame, ends_transition, action=0, reward=0.0, termination=0.0):
-        slot = self.counts[i] % self.capacity
-        self.frames[i, slot], self.positions[i, slot] = frame, self.counts[i]
-        self.episode_starts[i, slot], self.ends_transition[i, slot] = self.current_starts[i], ends_transition
-        self.actions[i, slot], self.rewards[i, slot], self.terminations[i, slot] = action, reward, termination
-        self.counts[i] += 1
-
-    def add(self, obs, next_obs, actions, rewards, terminations, truncations):
-        """One vector step: obs, the real next obs (final_obs where an episode ended), and what the envs returned."""
-        for i in range(len(obs)):
-            if not self.open[i]:
-                # a new run of frames: the observation's own, less the leading copies that clamping will rebuild
-                first = 0
-                while first + 1 < self.stack and np.array_equal(obs[i, first + 1], obs[i, 0]):
-                    first += 1
-                self.current_starts[i], self.open[i] = self.counts[i], True
-                for frame in obs[i, first:]:
-                    self._write(i, frame, False)
-            self._write(i, next_obs[i, -1], True, actions[i], rewards[i], terminations[i])
-            if terminations[i] or truncations[i]:
-                self.open[i] = False  # the next episode starts a new run of frames
-
-    def __len__(self):
-        """The frames held (transitions: one fewer per episode start)."""
-        return int(np.minimum(self.counts, self.capacity).sum())
-
-    def is_valid(self, envs, slots):
-        positions = self.positions[envs, slots]
-        oldest_needed = np.maximum(positions - self.stack, self.episode_starts[envs, slots])
-        live = oldest_needed >= self.counts[envs] - self.capacity
-        return (positions >= 0) & self.ends_transition[envs, slots] & live
-
-    def valid_indices(self):
-        """Every transition the buffer can return, as (envs, slots)."""
-        envs, slots = np.indices(self.positions.shape).reshape(2, -1)
-        valid = self.is_valid(envs, slots)
-        return envs[valid], slots[valid]
-
-    def _frames(self, envs, slots):
-        """Frames p-4..p of each transition: its obs are the first four, its next obs the last four."""
-        positions, starts = self.positions[envs, slots], self.episode_starts[envs, slots]
-        stream = np.maximum(positions[:, None] + np.arange(-self.stack, 1), starts[:, None])
-        return self.frames[envs[:, None], stream % self.capacity]
-
-    def get(self, envs, slots):
-        """obs, actions, rewards, next_obs, terminations of the given transitions, as numpy arrays."""
-        frames = self._frames(envs, slots)
-        return (
-            frames[:, :-1],
-            self.actions[envs, slots],
-            self.rewards[envs, slots],
-            frames[:, 1:],
-            self.terminations[envs, slots],
-        )
-
-    def sample(self, batch_size, device):
-        """Uniform over the transitions held: uniform over the filled slots, redrawing the few that are not valid."""
-        filled = np.minimum(self.counts, self.capacity)
-        ends = np.cumsum(filled)
-        envs, slots = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-        for _ in range(1000):
-            draws = np.random.randint(0, ends[-1], size=batch_size)
-            draw_envs = np.searchsorted(ends, draws, side="right")
-            draw_slots = draws - (ends[draw_envs] - filled[draw_envs])
-            valid = self.is_valid(draw_envs, draw_slots)
-            envs, slots = np.concatenate([envs, draw_envs[valid]]), np.concatenate([slots, draw_slots[valid]])
-            if len(envs) >= batch_size:
-                break
-        else:
-            raise RuntimeError("the replay buffer holds no whole transition yet")
-        envs, slots = envs[:batch_size], slots[:batch_size]
-        frames = torch.from_numpy(self._frames(envs, slots)).to(device)  # one copy to the device for obs and next obs
-        fields = (self.actions, self.rewards, self.terminations)
-        actions, rewards, terminations = (torch.from_numpy(field[envs, slots]).to(device) for field in fields)
-        return frames[:, :-1], actions, frames[:, 1:], rewards, terminations
-
-    def state_dict(self):
-        used = int(min(self.counts.max(), self.capacity))  # slots past this were never written
-        arrays = ["frames", "positions", "episode_starts", "ends_transition", "actions", "rewards", "terminations"]
-        state = {name: getattr(self, name)[:, :used] for name in arrays}
-        return state | {"counts": self.counts, "open": self.open, "current_starts": self.current_starts}
-
-    def load_state_dict(self, state):
-        for name, value in state.items():
-            if value.ndim == 1:  # per-env counters
-                getattr(self, name)[:] = value
-            else:  # per-slot arrays: the slots written so far
-                getattr(self, name)[:, : value.shape[1]] = value
-
-
-def emulator_state(env):
-    """The emulator's state with its RNG (sticky actions) and the env's RNG (NoopResetEnv's): ALE envs pickle as
-    their constructor's arguments (EzPickle), so unpickling alone would restart the game."""
-    return env.unwrapped.ale.cloneState(include_rng=True), env.unwrapped.np_random
-
-
-def pickle_envs(envs):
-    """The sub-environments with their wrappers' state (frame stack, lives, episode statistics) and the emulators';
-    None where they cannot be pickled (e.g. a video recorder)."""
-    try:
-        return cloudpickle.dumps([(env, emulator_state(env)) for env in envs.envs])
-    except (pickle.PicklingError, TypeError):
-        return None
-
-
-def unpickle_envs(blob):
-    envs = []
-    for env, (state, np_random) in pickle.loads(blob):
-        env.unwrapped.ale.restoreState(state)
-        env.unwrapped.np_random = np_random
-        envs.append(env)
-    return envs
-
-
-def atomic_save(obj, path):
-    """A reader (or a resumed run) sees the old file or the new one, never a half-written one."""
-    tmp_path = f"{path}.tmp"
-    torch.save(obj, tmp_path)
-    os.replace(tmp_path, path)
-
-
-if __name__ == "__main__":
-    args = tyro.cli(Args)
-    checkpoint = None
-    if args.resume is not None:
-        checkpoint_path = os.path.join(args.resume, "checkpoint.pt")
-        if not os.path.isfile(checkpoint_path):
-            fail(f"--resume {args.resume}: no checkpoint.pt there (was the run started with --checkpoint-interval?)")
-        checkpoint = torch.load(checkpoint_path, weights_only=False)
-        # the saved run's Args are the defaults; flags given now (e.g. a larger --total-timesteps) override them
-        args = tyro.cli(Args, default=Args(**checkpoint["args"]))
-
+def check_args(args):
+    """Every check of the flags, before heavy work: a bad input ends with one line naming the flag, exit code 2."""
     for flag in ["total_timesteps", "num_envs", "buffer_size", "batch_size", "target_network_frequency", "train_frequency"]:
         if getattr(args, flag) <= 0:
             fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     for flag in ["checkpoint_interval", "learning_starts"]:
         if getattr(args, flag) < 0:
             fail(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
+    if not 0 <= args.seed < 2**32:
+        fail(f"--seed must be in [0, 2**32) (numpy's seed range), got {args.seed}")
+    if args.learning_starts >= args.total_timesteps:
+        fail(f"--learning-starts {args.learning_starts} must be below --total-timesteps {args.total_timesteps}")
     if not 0.0 < args.exploration_fraction <= 1.0:
         fail(f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}")
     if not 0.0 < args.tau <= 1.0:
@@ -336,44 +175,62 @@ if __name__ == "__main__":
         fail(f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
     if args.buffer_size < 16 * args.num_envs:  # a stack needs 5 live frames per env; keep a margin
         fail(f"--buffer-size {args.buffer_size} is too small: at least 16 frames per env ({16 * args.num_envs})")
+    if args.upload_model and not args.save_model:
+        fail("--upload-model uploads the model that --save-model saves: add --save-model")
     gym.register_envs(ale_py)
     try:
-        module, _, registered_id = args.env_id.rpartition(":")
-        if module:  # a user's own env: importing its module registers it, as gym.make would
-            importlib.import_module(module)
-        probe = gym.make(registered_id)  # the bare env, to check that it is an Atari game before building the stack
+        env = gym.make(args.env_id)  # the bare env, to check that it is an Atari game before building the stack
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
-    probe_space, probe_is_ale = probe.observation_space, hasattr(probe.unwrapped, "ale")
-    probe.close()
-    if not (isinstance(probe_space, gym.spaces.Box) and len(probe_space.shape) in (2, 3)):
+    if not hasattr(env.unwrapped, "ale"):
         fail(
-            f"--env-id {args.env_id} has observations of shape {getattr(probe_space, 'shape', None)}, not images: "
-            "dqn_atari.py trains on Atari games; use dqn.py for vector observations"
+            f"--env-id {args.env_id} is not an ALE Atari game ({env.observation_space} observations): dqn_atari.py "
+            "trains on the game's frames and reads the emulator's lives; use dqn.py for vector observations"
         )
-    if not probe_is_ale:
-        fail(f"--env-id {args.env_id} is not an ALE Atari game: dqn_atari.py's wrappers read the emulator's lives")
-    if args.upload_model:
-        if not args.save_model:
-            fail("--upload-model uploads the model that --save-model saves: add --save-model")
+    env.close()
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    checkpoint = None
+    if args.resume:  # the saved run's args under the flags given now; refuses (exit 2) what it cannot continue
+        from cleanrl_utils.run_state import load_checkpoint
+
+        args, checkpoint = load_checkpoint(Args, args, __file__)
+    check_args(args)
+    if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import check_upload
 
-        try:  # before training: a missing token must not cost a whole run
+        try:
             hf_repo_id = check_upload(args.hf_entity, args.env_id, args.exp_name, args.seed)
         except ValueError as e:
             fail(f"--upload-model: {e}")
-    if checkpoint is not None and checkpoint["replay_buffer"] is not None:
-        for flag in ["buffer_size", "num_envs"]:
-            if (saved := checkpoint["args"][flag]) != getattr(args, flag):
-                fail(f"--{flag.replace('_', '-')} {getattr(args, flag)}: the checkpoint's replay buffer has {saved}; keep it")
+    num_iterations = args.total_timesteps // args.num_envs  # vector steps
+    run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "args.json"), "w") as f:
+        json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
+    if args.track:
+        import wandb
 
-    if checkpoint is None:
-        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = f"runs/{run_name}"
-    else:
-        run_name, run_dir = checkpoint["run_name"], args.resume.rstrip("/")
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
+            resume="allow",
+            save_code=True,
+        )
+    # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
+    writer = SummaryWriter(run_dir, purge_step=checkpoint["global_step"] + 1 if checkpoint else None)
+    table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
+    if not checkpoint:
+        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
 
-    # seeding
+    # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -382,121 +239,58 @@ if __name__ == "__main__":
     # (unlike dqn.py, torch keeps all CPU threads: a batch of 32 CNN passes is large enough to split)
 
     # env setup: SAME_STEP autoreset returns the reset observation at once and the real last one in infos["final_obs"]
-    if checkpoint is not None and checkpoint["envs"] is not None:
-        env_fns = [lambda env=env: env for env in unpickle_envs(checkpoint["envs"])]
-    else:
-        env_fns = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
-    envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    assert isinstance(envs.single_action_space, gym.spaces.Discrete), "ALE games have discrete actions"
-
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "args.json"), "w") as f:
-        json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
-
+    envs = gym.vector.SyncVectorEnv(
+        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
     q_network = QNetwork(envs).to(device)
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate)
     target_network = QNetwork(envs).to(device)
     target_network.load_state_dict(q_network.state_dict())
     rb = FrameReplayBuffer(args.buffer_size, args.num_envs, envs.single_observation_space)
+    global_step, updates_start = 0, args.learning_starts  # learning starts after updates_start (later on a resume)
+    obs, _ = envs.reset(seed=args.seed)
 
-    num_iterations = args.total_timesteps // args.num_envs  # vector steps
-    global_step, start_iteration = 0, 1
-    updates_start = args.learning_starts  # learning starts after this step (later after a resume without the buffer)
-    if checkpoint is None:
-        obs, _ = envs.reset(seed=args.seed)
-        wandb_run_id = None
-    else:
-        q_network.load_state_dict(checkpoint["q_network"])
-        target_network.load_state_dict(checkpoint["target_network"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        global_step, start_iteration = checkpoint["global_step"], checkpoint["iteration"] + 1
-        if checkpoint["replay_buffer"] is not None:
-            rb.load_state_dict(checkpoint["replay_buffer"])
-            updates_start = checkpoint["updates_start"]
-        else:
-            updates_start = global_step + args.learning_starts
-            print(
-                f"the checkpoint holds no replay buffer (--checkpoint-buffer was off): refilling it for "
-                f"{args.learning_starts} steps, learning again after step {updates_start}",
-                file=sys.stderr,
-            )
-        random.setstate(checkpoint["rng"]["python"])
-        np.random.set_state(checkpoint["rng"]["numpy"])
-        torch.set_rng_state(checkpoint["rng"]["torch"])
-        if checkpoint["envs"] is not None:
-            obs = checkpoint["obs"]
-        else:
-            print("warning: the checkpoint holds no env state (it could not be pickled); starting new games", file=sys.stderr)
-            obs, _ = envs.reset(seed=args.seed + global_step)
-            rb.open[:] = False  # the buffer's open episodes were cut: the new ones start new runs of frames
-        wandb_run_id = checkpoint["wandb_run_id"]
+    def checkpoint_state():  # what a checkpoint holds; the replay buffer only with --checkpoint-buffer
+        state = dict(q_network=q_network, target_network=target_network, optimizer=optimizer, envs=envs, obs=obs)
+        return state | dict(rb=rb if args.checkpoint_buffer else None, global_step=global_step, updates_start=updates_start)
 
-    if args.track:
-        import wandb
+    run_state = None
+    if args.checkpoint_interval or checkpoint:  # needs cleanrl_utils; a copied script trains without it
+        from cleanrl_utils.run_state import RunState
 
-        wandb_run = wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            id=wandb_run_id,  # None starts a new W&B run; a resumed run appends to its own
-            resume="allow",
-            save_code=True,
-        )
-        wandb_run_id = wandb_run.id
-    # on resume, purge_step hides whatever the killed run logged after its last checkpoint: no step repeats
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
-    if checkpoint is None:
-        writer.add_text(
-            "hyperparameters",
-            "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in vars(args).items()),
-        )
+        run_state = RunState(run_dir, args, writer, checkpoint)
+        if checkpoint:
+            saved = run_state.restore(checkpoint_state())
+            global_step, obs, updates_start = saved["global_step"], saved["obs"], saved["updates_start"]
+            if not args.checkpoint_buffer:
+                updates_start = global_step + args.learning_starts
+                refill = f"refilling it for {args.learning_starts} steps, learning again after step {updates_start}"
+                print(f"the checkpoint holds no replay buffer (--checkpoint-buffer was off): {refill}", file=sys.stderr)
+            if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new games
+                obs, _ = envs.reset(seed=args.seed + global_step)
+                rb.open[:] = False  # the buffer's open episodes were cut: the new ones start new runs of frames
 
-    def save_checkpoint(iteration):
-        state = {
-            "args": asdict(args),
-            "run_name": run_name,
-            "iteration": iteration,
-            "global_step": global_step,
-            "updates_start": updates_start,
-            "q_network": q_network.state_dict(),
-            "target_network": target_network.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "replay_buffer": rb.state_dict() if args.checkpoint_buffer else None,  # plain arrays: loads without this script
-            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
-            "envs": pickle_envs(envs),
-            "obs": obs,
-            "wandb_run_id": wandb_run_id,
-        }
-        atomic_save(state, os.path.join(run_dir, "checkpoint.pt"))
-
-    # Slurm and spot instances send SIGTERM before killing: finish the step, checkpoint, exit non-zero
-    stop_requested = threading.Event()
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.set())
-
-    recent_returns = deque(maxlen=20)
-    on_terminal = sys.stdout.isatty()
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    description, stats = TextColumn("[bold]{task.description}"), TextColumn("{task.fields[stats]}")
-    progress = Progress(description, BarColumn(), MofNCompleteColumn(), stats, TimeRemainingColumn(), disable=not on_terminal)
+    progress = Progress(*Progress.get_default_columns(), "{task.fields[stats]}", disable=not sys.stdout.isatty())
     progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
     progress.start()
-    start_time, start_step = time.time(), global_step
+    recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
 
-    for iteration in range(start_iteration, num_iterations + 1):
+    for iteration in range(global_step // args.num_envs + 1, num_iterations + 1):
         global_step += args.num_envs
-        # epsilon-greedy, per environment; the Q-network runs only when some environment exploits
+        # ALGO LOGIC: epsilon-greedy, per environment
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
         explore = np.random.random(args.num_envs) < epsilon
-        actions = np.random.randint(envs.single_action_space.n, size=args.num_envs)
-        if not explore.all():
-            with torch.inference_mode():
-                q_values = q_network(torch.as_tensor(obs, device=device))
-            actions = np.where(explore, actions, q_values.argmax(dim=1).cpu().numpy())
+        random_actions = np.random.randint(envs.single_action_space.n, size=args.num_envs)
+        with torch.no_grad():
+            q_values = q_network(torch.as_tensor(obs, device=device))
+        actions = np.where(explore, random_actions, q_values.argmax(dim=1).cpu().numpy())
 
+        # TRY NOT TO MODIFY: execute the game and log data
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-
+        if not np.isfinite(rewards).all():
+            sys.exit(f"error: the environment returned a non-finite reward at step {global_step}; stopping")
         # whole games only: RecordEpisodeStatistics sits inside EpisodicLifeEnv and ClipRewardEnv
         if "final_info" in infos and "episode" in infos["final_info"]:
             for i in np.flatnonzero(infos["final_info"]["_episode"]):
@@ -508,17 +302,22 @@ if __name__ == "__main__":
         rb.add(obs, real_next_observations(next_obs, infos), actions, rewards, terminations, truncations)
         obs = next_obs
 
-        # training
+        # ALGO LOGIC: training
         if global_step > updates_start:
             if iteration % args.train_frequency == 0:
                 b_obs, b_actions, b_next_obs, b_rewards, b_terminations = rb.sample(args.batch_size, device)
                 with torch.no_grad():
-                    target = td_target(b_rewards, target_network(b_next_obs), b_terminations, args.gamma)
+                    # no bootstrap where the episode terminated (a lost life too, as in the paper); the ALE's time
+                    # limit is a truncation, stored as not terminated: it bootstraps
+                    target_max = target_network(b_next_obs).max(dim=1).values
+                    target = b_rewards + args.gamma * target_max * (1.0 - b_terminations)
                 old_val = q_network(b_obs).gather(1, b_actions.unsqueeze(1)).squeeze(1)
-                loss = F.mse_loss(target, old_val)
+                loss = nn.functional.mse_loss(target, old_val)
 
                 if iteration % (100 * args.train_frequency) == 0:
-                    writer.add_scalar("losses/td_loss", loss.item(), global_step)
+                    if not np.isfinite(td_loss := loss.item()):
+                        sys.exit(f"error: the loss turned non-finite at step {global_step}; stopping (no model saved)")
+                    writer.add_scalar("losses/td_loss", td_loss, global_step)
                     writer.add_scalar("losses/q_values", old_val.mean().item(), global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
                     writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
@@ -532,50 +331,31 @@ if __name__ == "__main__":
                 for target_param, q_param in zip(target_network.parameters(), q_network.parameters()):
                     target_param.data.copy_(args.tau * q_param.data + (1.0 - args.tau) * target_param.data)
 
-        if iteration % max(1, num_iterations // 20) == 0 or iteration == num_iterations:  # about 20 reports a run
-            sps = int((global_step - start_step) / (time.time() - start_time))
-            recent = f"return {np.mean(recent_returns):.1f}" if recent_returns else "return -"
-            progress.update(progress_task, completed=global_step, stats=f"{sps} SPS, {recent}")
-            if not on_terminal:
-                print(f"step {global_step}/{num_iterations * args.num_envs}, {sps} SPS, {recent}", flush=True)
-        elif iteration % 100 == 0:
-            progress.update(progress_task, completed=global_step)
-
-        interval = args.checkpoint_interval
-        if (interval and global_step // interval > (global_step - args.num_envs) // interval) or stop_requested.is_set():
-            save_checkpoint(iteration)
-        if stop_requested.is_set():
-            progress.stop()
-            print(f"SIGTERM at step {global_step}: checkpoint written; continue with --resume {run_dir}", file=sys.stderr)
-            envs.close()
-            writer.close()
-            sys.exit(128 + signal.SIGTERM)
+        sps = int((global_step - start_step) / (time.time() - start_time))
+        stats = f"{sps} SPS, return {np.mean(recent_returns):.1f}" if recent_returns else f"{sps} SPS"
+        progress.update(progress_task, completed=global_step, stats=stats)
+        if progress.disable and (iteration % max(1, num_iterations // 20) == 0 or iteration == num_iterations):
+            print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
+        if run_state:
+            run_state.step(global_step, checkpoint_state)
 
     progress.stop()
+    if run_state:
+        run_state.finish(global_step, checkpoint_state)
 
     if args.save_model:
+        if not all(param.isfinite().all() for param in q_network.parameters()):
+            sys.exit(f"error: the loss turned non-finite by step {global_step} (the weights hold NaN); no model saved")
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         torch.save(q_network.state_dict(), model_path)
         print(f"model saved to {model_path}")
         from cleanrl_utils.evals.dqn_eval import evaluate
 
-        episodic_returns = evaluate(
-            model_path,
-            make_env,
-            args.env_id,
-            eval_episodes=10,
-            run_name=f"{run_name}-eval",
-            Model=QNetwork,
-            device=device,
-            epsilon=0.05,
-            capture_video=args.capture_video,
-            seed=args.seed + 100_000,
-        )
+        kwargs = dict(Model=QNetwork, device=device, epsilon=0.05, capture_video=args.capture_video, seed=args.seed + 100_000)
+        episodic_returns = evaluate(model_path, make_env, args.env_id, 10, f"{run_name}-eval", **kwargs)  # 10 whole games
         for idx, episodic_return in enumerate(episodic_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(
-            f"evaluation over {len(episodic_returns)} games: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}"
-        )
+        print(f"evaluation over 10 games: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
 
     envs.close()
     writer.close()

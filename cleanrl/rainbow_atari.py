@@ -3,60 +3,28 @@ import glob
 import importlib
 import json
 import os
-import pickle
 import random
 import shlex
-import signal
 import sys
-import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
 
 import ale_py
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch
 import tyro
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import Progress
 from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
 
+from cleanrl_utils.buffers import FrameReplayBuffer
+
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment"""
-    seed: int = 1
-    """seed of the experiment"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, cuda will be used when available"""
-    track: bool = False
-    """if toggled, this experiment will be tracked with Weights and Biases"""
-    wandb_project_name: str = "cleanRL"
-    """the wandb's project name"""
-    wandb_entity: str | None = None
-    """the entity (team) of wandb's project"""
-    capture_video: bool = False
-    """whether to capture videos of the agent performances (check out `videos` folder)"""
-    save_model: bool = False
-    """whether to save the model into `runs/{run_name}` and evaluate it for 10 games"""
-    upload_model: bool = False
-    """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
-    hf_entity: str | None = None
-    """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
-    checkpoint_interval: int = 0
-    """environment steps between checkpoints written to `runs/{run_name}/checkpoint.pt` (0 = off)"""
-    checkpoint_buffer: bool = False
-    """whether checkpoints also hold the replay buffer (the default 1M frames take 7.1 GB on disk too). Without it,
-    a resumed run refills an empty buffer: it acts with its noisy network, without learning, for `--learning-starts` steps"""
-    resume: str | None = None
-    """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
-
     # Algorithm specific arguments
     env_id: str = "BreakoutNoFrameskip-v4"
     """the id of the Atari game (any ALE id: `BreakoutNoFrameskip-v4` has no sticky actions, `ALE/Breakout-v5` repeats the last action with probability 0.25)"""
@@ -67,8 +35,7 @@ class Args:
     num_envs: int = 1
     """the number of parallel game environments"""
     buffer_size: int = 1000000
-    """the replay memory size in frames, about as many transitions (each 84x84 frame is stored once: 1M take 7.1 GB,
-    the process peaked at 8.1 GB RSS with it full, its sum tree and the two networks training)"""
+    """the replay memory size in frames, about as many transitions (each frame stored once: 1M take 7.1 GB, 8.1 GB peak RSS)"""
     gamma: float = 0.99
     """the discount factor gamma"""
     n_step: int = 3
@@ -91,6 +58,35 @@ class Args:
     """timestep to start learning"""
     train_frequency: int = 4
     """the number of vector steps between gradient steps"""
+
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the model into `runs/{run_name}` and evaluate it for 10 episodes"""
+    upload_model: bool = False
+    """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
+    hf_entity: str | None = None
+    """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
+    checkpoint_interval: int = 0
+    """environment steps between checkpoints in `runs/{run_name}/checkpoint.pt` (0 = off; needs cleanrl_utils)"""
+    checkpoint_buffer: bool = False
+    """whether checkpoints hold the replay buffer too (7.1 GB at 1M frames); without it a resumed run refills it first"""
+    resume: str | None = None
+    """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
 
 
 def fail(message: str):
@@ -148,6 +144,7 @@ class NoisyLinear(nn.Module):
         return nn.functional.linear(x, self.weight_mu, self.bias_mu + self.bias_sigma * f_out) + noise
 
 
+# ALGO LOGIC: initialize agent here:
 class QNetwork(nn.Module):
     """The Nature DQN CNN, then a dueling distributional head of noisy layers: value and advantage streams, 3136 ->
     512 -> atoms (per action for the advantage), combined as value + advantage - mean advantage over actions, then a
@@ -224,10 +221,8 @@ class SumTree:
         return nodes - self.leaves
 
 
-class PrioritizedFrameReplayBuffer:
-    """dqn_atari.py's FrameReplayBuffer, each 84x84 frame stored once (per env a ring of frame slots; the transition
-    stored with frame p stacks its observation from frames p-4..p-1, clamped to its episode's first frame as
-    FrameStackObservation pads, its next one from p-3..p), plus prioritized replay and n-step transitions:
+class PrioritizedFrameReplayBuffer(FrameReplayBuffer):
+    """cleanrl_utils.buffers.FrameReplayBuffer's frame-once storage, plus Rainbow's prioritized n-step replay:
     - a sum tree over the slots holds priority**alpha per transition; a new one gets the highest priority yet;
     - the n-step return is summed at sampling time from the following slots' rewards, stopping at a termination
       (discount 0) or a truncation (discount gamma**k, bootstrapping from the real last observation), never crossing
@@ -235,53 +230,26 @@ class PrioritizedFrameReplayBuffer:
     Memory: 7,056 bytes a frame, 34 for the rest and ~17 for the tree: 7.1 GB at the default 1,000,000 frames."""
 
     def __init__(self, buffer_size, num_envs, observation_space, n_step=3, gamma=0.99, alpha=0.5):
-        self.stack, self.n_step, self.gamma, self.alpha = observation_space.shape[0], n_step, gamma, alpha
-        self.capacity = -(-buffer_size // num_envs)  # frame slots per env
-        shape = (num_envs, self.capacity)
-        self.frames = np.zeros(shape + observation_space.shape[1:], dtype=observation_space.dtype)
-        self.positions = np.full(shape, -1, dtype=np.int64)  # the position of the slot's frame in its env's stream
-        self.episode_starts = np.zeros(shape, dtype=np.int64)  # the position of its episode's first frame here
-        self.ends_transition = np.zeros(shape, dtype=bool)  # False for the frames that only start an episode
-        self.ends_episode = np.zeros(shape, dtype=bool)  # terminated or truncated: the n-step return stops here
-        self.actions = np.zeros(shape, dtype=np.int64)
-        self.rewards = np.zeros(shape, dtype=np.float32)
-        self.terminations = np.zeros(shape, dtype=np.float32)
-        self.counts = np.zeros(num_envs, dtype=np.int64)  # frames written per env
-        self.open = np.zeros(num_envs, dtype=bool)  # whether the env's current episode already has frames here
-        self.current_starts = np.zeros(num_envs, dtype=np.int64)
-        self.tree, self.max_priority = SumTree(num_envs * self.capacity), 1.0  # leaf env * capacity + slot
-
-    def _write(self, i, frame, ends_transition, action=0, reward=0.0, termination=0.0, ends_episode=False):
-        slot = self.counts[i] % self.capacity
-        self.frames[i, slot], self.positions[i, slot] = frame, self.counts[i]
-        self.episode_starts[i, slot], self.ends_transition[i, slot] = self.current_starts[i], ends_transition
-        self.actions[i, slot], self.rewards[i, slot], self.terminations[i, slot] = action, reward, termination
-        self.ends_episode[i, slot] = ends_episode
-        self.counts[i] += 1
-        # a new transition gets the highest priority yet; a frame that only starts an episode gets none
-        self.tree.set([i * self.capacity + slot], [self.max_priority**self.alpha if ends_transition else 0.0])
+        super().__init__(buffer_size, num_envs, observation_space)
+        self.n_step, self.gamma, self.alpha = n_step, gamma, alpha
+        self.ends_episode = np.zeros(self.positions.shape, dtype=bool)  # terminated or truncated: the n-step return stops
+        self.tree, self.max_priority = SumTree(self.positions.size), 1.0  # leaf env * capacity + slot
 
     def add(self, obs, next_obs, actions, rewards, terminations, truncations):
-        """One vector step: obs, the real next obs (final_obs where an episode ended), and what the envs returned."""
+        written = self.counts.copy()
+        super().add(obs, next_obs, actions, rewards, terminations, truncations)
         for i in range(len(obs)):
-            if not self.open[i]:
-                # a new run of frames: the observation's own, less the leading copies that clamping will rebuild
-                first = 0
-                while first + 1 < self.stack and np.array_equal(obs[i, first + 1], obs[i, 0]):
-                    first += 1
-                self.current_starts[i], self.open[i] = self.counts[i], True
-                for frame in obs[i, first:]:
-                    self._write(i, frame, False)
-            ended = bool(terminations[i] or truncations[i])
-            self._write(i, next_obs[i, -1], True, actions[i], rewards[i], terminations[i], ended)
-            self.open[i] = not ended  # after an episode's end, the next one starts a new run of frames
+            slots = np.arange(written[i], self.counts[i]) % self.capacity  # an episode's first frames, then the step's
+            self.ends_episode[i, slots] = False
+            self.ends_episode[i, slots[-1]] = terminations[i] or truncations[i]  # the n-step return stops there
+            # a new transition gets the highest priority yet; a frame that only starts an episode gets none
+            priorities = np.where(self.ends_transition[i, slots], self.max_priority**self.alpha, 0.0)
+            self.tree.set(i * self.capacity + slots, priorities)
 
     def n_step_transitions(self, envs, slots):
         """For each transition: whether it is valid, its n-step return, its discount (gamma**k after k <= n steps, 0
         if a termination came first) and the slot whose next observation ends it."""
-        positions = self.positions[envs, slots]
-        oldest_needed = np.maximum(positions - self.stack, self.episode_starts[envs, slots])
-        valid = (positions >= 0) & self.ends_transition[envs, slots] & (oldest_needed >= self.counts[envs] - self.capacity)
+        positions, valid = self.positions[envs, slots], self.is_valid(envs, slots)
         returns, discounts = np.zeros(len(envs), dtype=np.float32), np.ones(len(envs), dtype=np.float32)
         last, running = slots.copy(), valid.copy()  # running: the return goes on through the next step
         for k in range(self.n_step):
@@ -294,12 +262,6 @@ class PrioritizedFrameReplayBuffer:
             last = np.where(running, step, last)
             running &= ~self.ends_episode[envs, step]
         return valid, returns, discounts.astype(np.float32), last
-
-    def _frames(self, envs, slots):
-        """Frames p-4..p of each transition: its obs are the first four, its one-step next obs the last four."""
-        positions, starts = self.positions[envs, slots], self.episode_starts[envs, slots]
-        stream = np.maximum(positions[:, None] + np.arange(-self.stack, 1), starts[:, None])
-        return self.frames[envs[:, None], stream % self.capacity]
 
     def get(self, envs, slots):
         """obs, actions, next obs (after n steps or at the episode's end), n-step returns, discounts, as numpy arrays."""
@@ -334,47 +296,18 @@ class PrioritizedFrameReplayBuffer:
         self.tree.set(envs * self.capacity + slots, priorities**self.alpha)
 
     def state_dict(self):
-        used = int(min(self.counts.max(), self.capacity))  # slots past this were never written
-        arrays = ["frames", "positions", "episode_starts", "ends_transition", "ends_episode", "actions", "rewards"]
-        state = {name: getattr(self, name)[:, :used] for name in [*arrays, "terminations"]}
-        state |= {"counts": self.counts, "open": self.open, "current_starts": self.current_starts}
-        return state | {"tree": self.tree.nodes, "max_priority": self.max_priority}
+        state = super().state_dict()
+        ends_episode = self.ends_episode[:, : state["frames"].shape[1]]  # the slots written so far
+        return state | {"ends_episode": ends_episode, "tree": self.tree.nodes, "max_priority": self.max_priority}
 
     def load_state_dict(self, state):
-        self.tree.nodes[:], self.max_priority = state["tree"], state["max_priority"]
-        for name, value in state.items():
-            if name not in ("tree", "max_priority"):  # per-env counters, or the per-slot arrays' slots written so far
-                getattr(self, name)[tuple(slice(size) for size in value.shape)] = value
+        state = dict(state)
+        self.tree.nodes[:], self.max_priority = state.pop("tree"), state.pop("max_priority")
+        super().load_state_dict(state)
 
 
-def pickle_envs(envs):
-    """The sub-environments with their wrappers' state, the emulators' and the envs' RNGs: ALE envs pickle as their
-    constructor's arguments (EzPickle), unpickling alone restarts the game. None if they cannot (a video recorder)."""
-    try:
-        states = [(env.unwrapped.ale.cloneState(include_rng=True), env.unwrapped.np_random) for env in envs.envs]
-        return cloudpickle.dumps(list(zip(envs.envs, states)))
-    except (pickle.PicklingError, TypeError):
-        return None
-
-
-def unpickle_envs(blob):
-    pairs = pickle.loads(blob)
-    for env, (state, np_random) in pairs:
-        env.unwrapped.ale.restoreState(state)
-        env.unwrapped.np_random = np_random
-    return [env for env, _ in pairs]
-
-
-if __name__ == "__main__":
-    args = tyro.cli(Args)
-    checkpoint = None
-    if args.resume is not None:
-        checkpoint_path = os.path.join(args.resume, "checkpoint.pt")
-        if not os.path.isfile(checkpoint_path):
-            fail(f"--resume {args.resume}: no checkpoint.pt there (was the run started with --checkpoint-interval?)")
-        checkpoint = torch.load(checkpoint_path, weights_only=False)
-        # the saved run's Args are the defaults; flags given now (e.g. a larger --total-timesteps) override them
-        args = tyro.cli(Args, default=Args(**checkpoint["args"]))
+def check_args(args):
+    """Every check of the flags, before heavy work: a bad input ends with one line naming the flag, exit code 2."""
     positive = ["total_timesteps", "num_envs", "buffer_size", "batch_size", "target_network_frequency", "train_frequency"]
     for flag in [*positive, "n_step"]:
         if getattr(args, flag) <= 0:
@@ -382,6 +315,10 @@ if __name__ == "__main__":
     for flag in ["checkpoint_interval", "learning_starts"]:
         if getattr(args, flag) < 0:
             fail(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
+    if not 0 <= args.seed < 2**32:
+        fail(f"--seed must be in [0, 2**32) (numpy's seed range), got {args.seed}")
+    if args.learning_starts >= args.total_timesteps:
+        fail(f"--learning-starts {args.learning_starts} must be below --total-timesteps {args.total_timesteps}")
     for flag in ["prioritized_replay_alpha", "prioritized_replay_beta"]:
         if not 0.0 <= getattr(args, flag) <= 1.0:
             fail(f"--{flag.replace('_', '-')} must be in [0, 1], got {getattr(args, flag)}")
@@ -393,53 +330,73 @@ if __name__ == "__main__":
         fail(f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
     if args.buffer_size < 16 * args.num_envs:  # a stack needs 5 live frames per env; keep a margin
         fail(f"--buffer-size {args.buffer_size} is too small: at least 16 frames per env ({16 * args.num_envs})")
+    if args.upload_model and not args.save_model:
+        fail("--upload-model uploads the model that --save-model saves: add --save-model")
     gym.register_envs(ale_py)
     try:
-        module, _, registered_id = args.env_id.rpartition(":")
-        if module:  # a user's own env: importing its module registers it, as gym.make would
-            importlib.import_module(module)
-        probe = gym.make(registered_id)  # the bare env, to check that it is an Atari game before building the stack
+        env = gym.make(args.env_id)  # the bare env, to check that it is an Atari game before building the stack
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
-    probe_space, probe_is_ale = probe.observation_space, hasattr(probe.unwrapped, "ale")
-    probe.close()
-    if not (isinstance(probe_space, gym.spaces.Box) and len(probe_space.shape) in (2, 3)):
+    if not hasattr(env.unwrapped, "ale"):
         fail(
-            f"--env-id {args.env_id} has observations of shape {getattr(probe_space, 'shape', None)}, not images: "
-            "rainbow_atari.py trains on Atari games; use c51.py (distributional DQN) for vector observations"
+            f"--env-id {args.env_id} is not an ALE Atari game ({env.observation_space} observations): rainbow_atari.py "
+            "trains on the game's frames and reads the emulator's lives; use c51.py (distributional DQN) for vector observations"
         )
-    if not probe_is_ale:
-        fail(f"--env-id {args.env_id} is not an ALE Atari game: rainbow_atari.py's wrappers read the emulator's lives")
-    if args.upload_model:
-        if not args.save_model:
-            fail("--upload-model uploads the model that --save-model saves: add --save-model")
+    env.close()
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    checkpoint = None
+    if args.resume:  # the saved run's args under the flags given now; refuses (exit 2) what it cannot continue
+        from cleanrl_utils.run_state import load_checkpoint
+
+        args, checkpoint = load_checkpoint(Args, args, __file__)
+    check_args(args)
+    if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import check_upload
 
-        try:  # before training: a missing token must not cost a whole run
+        try:
             hf_repo_id = check_upload(args.hf_entity, args.env_id, args.exp_name, args.seed)
         except ValueError as e:
             fail(f"--upload-model: {e}")
-    if checkpoint is not None and checkpoint["replay_buffer"] is not None:
-        for flag in ["buffer_size", "num_envs"]:
-            if (saved := checkpoint["args"][flag]) != getattr(args, flag):
-                fail(f"--{flag.replace('_', '-')} {getattr(args, flag)}: the checkpoint's replay buffer has {saved}; keep it")
-
+    num_iterations = args.total_timesteps // args.num_envs  # vector steps
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "args.json"), "w") as f:
+        json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
+            resume="allow",
+            save_code=True,
+        )
+    # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
+    writer = SummaryWriter(run_dir, purge_step=checkpoint["global_step"] + 1 if checkpoint else None)
+    table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
+    if not checkpoint:
+        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+
+    # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
     # env setup: SAME_STEP autoreset returns the reset observation at once and the real last one in infos["final_obs"]
-    if checkpoint is not None and checkpoint["envs"] is not None:
-        env_fns = [lambda env=env: env for env in unpickle_envs(checkpoint["envs"])]
-    else:
-        env_fns = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
-    envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "args.json"), "w") as f:
-        json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
+    envs = gym.vector.SyncVectorEnv(
+        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
     support = dict(n_atoms=args.n_atoms, v_min=args.v_min, v_max=args.v_max)
     q_network = QNetwork(envs, **support).to(device)
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=1.5e-4)  # the paper's Adam epsilon
@@ -447,74 +404,44 @@ if __name__ == "__main__":
     target_network.load_state_dict(q_network.state_dict())
     n_step_args = dict(n_step=args.n_step, gamma=args.gamma, alpha=args.prioritized_replay_alpha)
     rb = PrioritizedFrameReplayBuffer(args.buffer_size, args.num_envs, envs.single_observation_space, **n_step_args)
-    num_iterations = args.total_timesteps // args.num_envs  # vector steps
-    global_step, start_iteration = 0, 1
-    updates_start = args.learning_starts  # learning starts after this step (later after a resume without the buffer)
-    if checkpoint is None:
-        obs, _ = envs.reset(seed=args.seed)
-        wandb_run_id = None
-    else:
-        for name, module in [("q_network", q_network), ("target_network", target_network), ("optimizer", optimizer)]:
-            module.load_state_dict(checkpoint[name])
-        global_step, start_iteration = checkpoint["global_step"], checkpoint["iteration"] + 1
-        if checkpoint["replay_buffer"] is not None:
-            rb.load_state_dict(checkpoint["replay_buffer"])
-            updates_start = checkpoint["updates_start"]
-        else:
-            updates_start = global_step + args.learning_starts
-            refill = f"refilling it for {args.learning_starts} steps, learning again after step {updates_start}"
-            print(f"the checkpoint holds no replay buffer (--checkpoint-buffer was off): {refill}", file=sys.stderr)
-        random.setstate(checkpoint["rng"]["python"])
-        np.random.set_state(checkpoint["rng"]["numpy"])
-        torch.set_rng_state(checkpoint["rng"]["torch"])
-        if checkpoint["envs"] is not None:
-            obs = checkpoint["obs"]
-        else:
-            print("warning: the checkpoint holds no env state (it could not be pickled); starting new games", file=sys.stderr)
-            obs, _ = envs.reset(seed=args.seed + global_step)
-            rb.open[:] = False  # the buffer's open episodes were cut: the new ones start new runs of frames
-        wandb_run_id = checkpoint["wandb_run_id"]
-    if args.track:
-        import wandb
+    global_step, updates_start = 0, args.learning_starts  # learning starts after updates_start (later on a resume)
+    obs, _ = envs.reset(seed=args.seed)
 
-        # id None starts a new W&B run; a resumed run appends to its own
-        wandb_config = dict(project=args.wandb_project_name, entity=args.wandb_entity, config=vars(args), name=run_name)
-        wandb_run = wandb.init(**wandb_config, id=wandb_run_id, resume="allow", sync_tensorboard=True, save_code=True)
-        wandb_run_id = wandb_run.id
-    # on resume, purge_step hides whatever the killed run logged after its last checkpoint: no step repeats
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
-    if checkpoint is None:
-        table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
-        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+    def checkpoint_state():  # what a checkpoint holds; the replay buffer only with --checkpoint-buffer
+        state = dict(q_network=q_network, target_network=target_network, optimizer=optimizer, envs=envs, obs=obs)
+        return state | dict(rb=rb if args.checkpoint_buffer else None, global_step=global_step, updates_start=updates_start)
 
-    def save_checkpoint(iteration):
-        state = dict(args=asdict(args), run_name=run_name, iteration=iteration, global_step=global_step, obs=obs)
-        state.update(updates_start=updates_start, envs=pickle_envs(envs), wandb_run_id=wandb_run_id)
-        state.update(q_network=q_network.state_dict(), target_network=target_network.state_dict())
-        state["optimizer"] = optimizer.state_dict()
-        state["replay_buffer"] = rb.state_dict() if args.checkpoint_buffer else None  # plain arrays: loads without this script
-        state["rng"] = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-        torch.save(state, f"{run_dir}/checkpoint.pt.tmp")
-        os.replace(f"{run_dir}/checkpoint.pt.tmp", f"{run_dir}/checkpoint.pt")  # atomic: the old file or the new one
+    run_state = None
+    if args.checkpoint_interval or checkpoint:  # needs cleanrl_utils; a copied script trains without it
+        from cleanrl_utils.run_state import RunState
 
-    # Slurm and spot instances send SIGTERM before killing: finish the step, checkpoint, exit non-zero
-    stop_requested = threading.Event()
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.set())
-    recent_returns, on_terminal = deque(maxlen=20), sys.stdout.isatty()
+        run_state = RunState(run_dir, args, writer, checkpoint)
+        if checkpoint:
+            saved = run_state.restore(checkpoint_state())
+            global_step, obs, updates_start = saved["global_step"], saved["obs"], saved["updates_start"]
+            if not args.checkpoint_buffer:
+                updates_start = global_step + args.learning_starts
+                refill = f"refilling it for {args.learning_starts} steps, learning again after step {updates_start}"
+                print(f"the checkpoint holds no replay buffer (--checkpoint-buffer was off): {refill}", file=sys.stderr)
+            if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new games
+                obs, _ = envs.reset(seed=args.seed + global_step)
+                rb.open[:] = False  # the buffer's open episodes were cut: the new ones start new runs of frames
+
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    description, stats = TextColumn("[bold]{task.description}"), TextColumn("{task.fields[stats]}")
-    progress = Progress(description, BarColumn(), MofNCompleteColumn(), stats, TimeRemainingColumn(), disable=not on_terminal)
+    progress = Progress(*Progress.get_default_columns(), "{task.fields[stats]}", disable=not sys.stdout.isatty())
     progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
     progress.start()
-    start_time, start_step, beta0 = time.time(), global_step, args.prioritized_replay_beta
+    recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
 
-    for iteration in range(start_iteration, num_iterations + 1):
+    for iteration in range(global_step // args.num_envs + 1, num_iterations + 1):
         global_step += args.num_envs
-        # greedy under a fresh draw of the noisy layers' noise: that noise is the exploration, no epsilon
+        # ALGO LOGIC: greedy under a fresh draw of the noisy layers' noise: that noise is the exploration, no epsilon
         with torch.no_grad():
             actions = q_network.get_action(torch.as_tensor(obs, device=device))[0].cpu().numpy()
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-        # whole games only: RecordEpisodeStatistics sits inside EpisodicLifeEnv and ClipRewardEnv
+        if not np.isfinite(rewards).all():
+            sys.exit(f"error: the environment returned a non-finite reward at step {global_step}; stopping")
+        # TRY NOT TO MODIFY: whole games only: RecordEpisodeStatistics sits inside EpisodicLifeEnv and ClipRewardEnv
         if "final_info" in infos and "episode" in infos["final_info"]:
             for i in np.flatnonzero(infos["final_info"]["_episode"]):
                 episodic_return = float(infos["final_info"]["episode"]["r"][i])
@@ -527,9 +454,11 @@ if __name__ == "__main__":
             real_next_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
         rb.add(obs, real_next_obs, actions, rewards, terminations, truncations)
         obs = next_obs
-        # training
+
+        # ALGO LOGIC: training
         if global_step > updates_start and iteration % args.train_frequency == 0:
             # beta grows to 1: importance sampling corrects prioritized replay's bias fully by the end of training
+            beta0 = args.prioritized_replay_beta
             beta = min(1.0, beta0 + (1.0 - beta0) * global_step / args.total_timesteps)
             b_obs, b_actions, b_next_obs, b_returns, b_discounts, b_weights, indices = rb.sample(args.batch_size, beta, device)
             with torch.no_grad():
@@ -545,7 +474,9 @@ if __name__ == "__main__":
             loss = (b_weights * cross_entropy).mean()
             rb.update_priorities(indices, cross_entropy.detach().cpu().numpy())
             if iteration % (100 * args.train_frequency) == 0:
-                writer.add_scalar("losses/loss", loss.item(), global_step)
+                if not np.isfinite(loss_value := loss.item()):
+                    sys.exit(f"error: the loss turned non-finite at step {global_step}; stopping (no model saved)")
+                writer.add_scalar("losses/loss", loss_value, global_step)
                 writer.add_scalar("losses/q_values", (old_pmfs * q_network.atoms).sum(dim=1).mean().item(), global_step)
                 writer.add_scalar("charts/beta", beta, global_step)
                 writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
@@ -554,27 +485,21 @@ if __name__ == "__main__":
             optimizer.step()
         if global_step > updates_start and iteration % args.target_network_frequency == 0:
             target_network.load_state_dict(q_network.state_dict())
-        if iteration % max(1, num_iterations // 20) == 0 or iteration == num_iterations:  # about 20 reports a run
-            sps = int((global_step - start_step) / (time.time() - start_time))
-            recent = f"return {np.mean(recent_returns):.1f}" if recent_returns else "return -"
-            progress.update(progress_task, completed=global_step, stats=f"{sps} SPS, {recent}")
-            if not on_terminal:
-                print(f"step {global_step}/{num_iterations * args.num_envs}, {sps} SPS, {recent}", flush=True)
-        elif iteration % 100 == 0:
-            progress.update(progress_task, completed=global_step)
-        interval = args.checkpoint_interval
-        if (interval and global_step // interval > (global_step - args.num_envs) // interval) or stop_requested.is_set():
-            save_checkpoint(iteration)
-        if stop_requested.is_set():
-            progress.stop()
-            print(f"SIGTERM at step {global_step}: checkpoint written; continue with --resume {run_dir}", file=sys.stderr)
-            envs.close()
-            writer.close()
-            sys.exit(128 + signal.SIGTERM)
+        sps = int((global_step - start_step) / (time.time() - start_time))
+        stats = f"{sps} SPS, return {np.mean(recent_returns):.1f}" if recent_returns else f"{sps} SPS"
+        progress.update(progress_task, completed=global_step, stats=stats)
+        if progress.disable and (iteration % max(1, num_iterations // 20) == 0 or iteration == num_iterations):
+            print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
+        if run_state:
+            run_state.step(global_step, checkpoint_state)
 
     progress.stop()
+    if run_state:
+        run_state.finish(global_step, checkpoint_state)
 
     if args.save_model:
+        if not all(param.isfinite().all() for param in q_network.parameters()):
+            sys.exit(f"error: the loss turned non-finite by step {global_step} (the weights hold NaN); no model saved")
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         # the support's size and range come with the weights: evaluation rebuilds the same network
         torch.save({"model_weights": q_network.state_dict(), "args": vars(args)}, model_path)
@@ -586,8 +511,8 @@ if __name__ == "__main__":
         episodic_returns = evaluate(model_path, make_env, args.env_id, 10, f"{run_name}-eval", **kwargs)  # 10 whole games
         for idx, episodic_return in enumerate(episodic_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        mean, std = np.mean(episodic_returns), np.std(episodic_returns)
-        print(f"evaluation over {len(episodic_returns)} games: {mean:.1f} +- {std:.1f}")
+        print(f"evaluation over 10 games: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
+
     envs.close()
     writer.close()
     if args.upload_model:  # after the envs close, so the last videos are complete

@@ -1,8 +1,9 @@
-"""cleanrl/rainbow_atari.py: its prioritized n-step frame-once replay buffer (sampling in proportion to priority,
-importance weights, sum tree; n-step returns on hand-made trajectories and on a real ALE game), the noisy layers and
-the dueling distributional head, and the script as a user runs it (smoke with every flag, resume, bad inputs;
-its SIGTERM test is test_value_based_atari.py's)."""
+"""cleanrl/rainbow_atari.py: its prioritized n-step replay buffer on cleanrl_utils.buffers' frame-once storage (sampling
+in proportion to priority, importance weights, sum tree; n-step returns on hand-made trajectories and on a real ALE
+game), the noisy layers and the dueling distributional head, and the script as a user runs it (smoke with every flag,
+resume, bad inputs; its SIGTERM test is test_value_based_atari.py's)."""
 
+import ast
 import inspect
 
 import gymnasium as gym
@@ -273,18 +274,27 @@ def test_dueling_distributional_head_on_real_frames(rainbow):
 
 
 def test_projection_is_c51s():
-    """The C51 projection is reused unchanged (at each sample's discount), so c51's tests of it cover this one."""
+    """The C51 projection is reused unchanged (at each sample's discount), so c51's tests of it cover this one: the
+    same code, statement for statement (each script words its docstring and comments for its own readers)."""
+
+    def code(function):
+        definition = ast.parse(inspect.getsource(function)).body[0]
+        definition.body = definition.body[1:] if ast.get_docstring(definition) else definition.body
+        return ast.dump(definition)
+
     rainbow, c51 = load_script("rainbow_atari"), load_script("c51")
-    assert inspect.getsource(rainbow.project_distribution) == inspect.getsource(c51.project_distribution)
+    assert code(rainbow.project_distribution) == code(c51.project_distribution)
 
 
+@pytest.mark.e2e
 def test_smoke_with_every_flag(tmp_path):
     flags = ["--total-timesteps", "600", "--learning-starts", "350", "--buffer-size", "500", "--batch-size", "32"]
     flags += ["--capture-video", "--save-model", "--track", "--checkpoint-interval", "300", "--checkpoint-buffer"]
     run_dir = run_with_every_flag(SCRIPT, flags, tmp_path)
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
-    assert checkpoint["global_step"] == 600 and checkpoint["replay_buffer"]["frames"].shape == (1, 500, 84, 84)
-    assert checkpoint["replay_buffer"]["tree"][1] > 0 and checkpoint["replay_buffer"]["max_priority"] > 0
+    rb_state = checkpoint["state"]["rb"]
+    assert checkpoint["global_step"] == 600 and rb_state["frames"].shape == (1, 500, 84, 84)
+    assert rb_state["tree"][1] > 0 and rb_state["max_priority"] > 0 and rb_state["ends_episode"].shape == (1, 500)
     assert {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/beta"} <= scalar_tags(run_dir)
     # logged every 100 gradient steps (every 400 env steps), once learning has started
     for tag in ["losses/loss", "losses/q_values", "charts/beta"]:
@@ -298,26 +308,30 @@ def test_smoke_with_every_flag(tmp_path):
     check_enjoy_replays_the_evaluation(run_dir, tmp_path, games=2)
 
 
+@pytest.mark.e2e
 def test_killed_run_resumes_to_the_same_weights_with_the_buffer(tmp_path):
     """With --checkpoint-buffer (frames, priorities and the sum tree) the resumed run has everything the uninterrupted
     one had, the emulators' states and the RNGs of the noise included: identical weights at the end."""
-    flags = ["--total-timesteps", "700", "--learning-starts", "200", *SMALL, "--seed", "3"]
+    flags = ["--total-timesteps", "700", "--learning-starts", "200", *SMALL, "--seed", "3", "--torch-deterministic"]
     flags += ["--checkpoint-interval", "300", "--checkpoint-buffer", "--save-model", "--target-network-frequency", "200"]
     run_dir = check_killed_run_resumes_to_the_same_weights(SCRIPT, flags, tmp_path, "losses/q_values")
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
-    assert checkpoint["global_step"] == 600 and checkpoint["envs"] is not None  # the last checkpoint: every 300 steps
-    assert checkpoint["replay_buffer"]["counts"][0] > 600  # a frame per step, plus one per episode start
+    # the last checkpoint is the finished run's (so it can be extended), not the last interval's (600)
+    assert checkpoint["global_step"] == 700 and checkpoint["finished"] and checkpoint["state"]["envs"] is not None
+    assert checkpoint["state"]["rb"]["counts"][0] > 700  # a frame per step, plus one per episode start
 
 
 BAD_INPUTS = [
-    (["--env-id", "CartPole-v1"], ["CartPole-v1", "not images", "use c51.py"]),
+    (["--env-id", "CartPole-v1"], ["CartPole-v1", "not an ALE Atari game", "use c51.py"]),
     (["--env-id", "NoSuchGameNoFrameskip-v4"], ["--env-id NoSuchGameNoFrameskip-v4"]),
     (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
     (["--n-step", "0"], ["--n-step must be positive, got 0"]),
     (["--prioritized-replay-alpha", "1.5"], ["--prioritized-replay-alpha must be in [0, 1], got 1.5"]),
     (["--prioritized-replay-beta", "-0.1"], ["--prioritized-replay-beta must be in [0, 1], got -0.1"]),
     (["--v-min", "10", "--v-max", "-10"], ["--v-min 10.0 must be below --v-max -10.0"]),
-    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint"]),
+    (["--seed", "4294967296"], ["--seed must be in [0, 2**32)"]),
+    (["--learning-starts", "500", "--total-timesteps", "100"], ["--learning-starts 500", "--total-timesteps 100"]),
+    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no such folder"]),
 ]
 
 
@@ -326,6 +340,7 @@ def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, flags, fragm
     check_bad_input_in_process(SCRIPT, flags, fragments, tmp_path, monkeypatch, capsys)
 
 
+@pytest.mark.e2e
 def test_a_bad_input_in_a_new_process_is_one_clear_line(tmp_path):
     """A bad input as a user meets it, in a new process (the cases above run in this one)."""
     flags, fragments = BAD_INPUTS[0]

@@ -1,16 +1,16 @@
-"""cleanrl/dqn_atari.py and c51_atari.py: the frame-deduplicating replay buffer (one class, copied) against a real ALE
-game, the buffer's memory, C51's projection and distributional head, and both scripts as a user runs them (smoke with
-every flag, resume with and without the buffer, SIGTERM, bad inputs); the SIGTERM test covers rainbow_atari.py and the
-JAX twins too."""
+"""cleanrl/dqn_atari.py and c51_atari.py: the frame-deduplicating replay buffer they share (cleanrl_utils.buffers)
+against a real ALE game, the buffer's memory, C51's projection and distributional head, and both scripts as a user runs
+them (smoke with every flag, resume with and without the buffer, SIGTERM, bad inputs); the SIGTERM test covers
+rainbow_atari.py and the JAX twins too."""
 
-import ast
+import signal
+import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from helpers import (
-    REPO,
     assert_clean_failure,
     check_bad_input_in_process,
     check_enjoy_replays_the_evaluation,
@@ -18,12 +18,15 @@ from helpers import (
     checkpoint_files,
     load_checkpoint,
     load_script,
+    only_run_dir,
     run_script,
     run_with_every_flag,
     scalar_tags,
     scalars,
-    sigterm_mid_run,
+    start_script,
 )
+
+from cleanrl_utils.buffers import FrameReplayBuffer
 
 SCRIPTS = ["dqn_atari.py", "c51_atari.py"]
 LOSS_TAG = {"dqn_atari.py": "losses/td_loss", "c51_atari.py": "losses/loss"}
@@ -45,7 +48,7 @@ def test_buffer_returns_exactly_the_emitted_transitions_of_a_real_game():
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
     assert envs.single_observation_space.shape == (4, 84, 84) and envs.single_observation_space.dtype == np.uint8
-    rb = dqn_atari.FrameReplayBuffer(num_envs * capacity, num_envs, envs.single_observation_space)
+    rb = FrameReplayBuffer(num_envs * capacity, num_envs, envs.single_observation_space)
     emitted = [[] for _ in range(num_envs)]  # (obs, action, reward, real next obs, terminated, episode ended)
     lives_lost, games, game_scores = 0, 0, []
     rng = np.random.default_rng(0)
@@ -104,7 +107,7 @@ def test_buffer_returns_exactly_the_emitted_transitions_of_a_real_game():
         assert np.concatenate([o.ravel(), n.ravel()]).tobytes() in all_rows
 
     # a checkpoint's state_dict restores the same transitions
-    restored = dqn_atari.FrameReplayBuffer(num_envs * capacity, num_envs, envs.single_observation_space)
+    restored = FrameReplayBuffer(num_envs * capacity, num_envs, envs.single_observation_space)
     restored.load_state_dict(rb.state_dict())
     for a, b in zip(rb.get(valid_envs, valid_slots), restored.get(*restored.valid_indices())):
         np.testing.assert_array_equal(a, b)
@@ -112,26 +115,20 @@ def test_buffer_returns_exactly_the_emitted_transitions_of_a_real_game():
 
 def test_buffer_holds_each_frame_once():
     """N transitions take about N frames (plus 33 bytes of bookkeeping each), not 8N as whole observation pairs."""
-    dqn_atari = load_script("dqn_atari")
     n = 10_000
-    rb = dqn_atari.FrameReplayBuffer(n, 1, gym.spaces.Box(0, 255, (4, 84, 84), np.uint8))
+    rb = FrameReplayBuffer(n, 1, gym.spaces.Box(0, 255, (4, 84, 84), np.uint8))
     total = sum(value.nbytes for value in vars(rb).values() if isinstance(value, np.ndarray))
     assert rb.frames.nbytes == n * 84 * 84
     assert total <= n * 84 * 84 + n * 33 + 1024, total
     assert total < 2 * n * 4 * 84 * 84 / 7.5  # the naive buffer: obs and next obs, 4 frames each
 
 
-def class_source(script, name):
-    source = (REPO / "cleanrl" / script).read_text()
-    return next(ast.get_source_segment(source, node) for node in ast.parse(source).body if getattr(node, "name", "") == name)
-
-
-def test_c51_atari_shares_dqn_ataris_buffer_and_c51s_projection():
-    """c51_atari.py copies dqn_atari.py's FrameReplayBuffer (so the buffer tests above cover it) and c51.py's
-    projection: on random distributions, rewards and terminations, over the Atari support, the two give the same
-    target, which keeps all of its probability mass."""
+def test_c51_atari_shares_the_buffer_and_c51s_projection():
+    """Both scripts use cleanrl_utils.buffers.FrameReplayBuffer (so the buffer tests above cover them), and
+    c51_atari.py's projection is c51.py's: on random distributions, rewards and terminations, over the Atari support,
+    the two give the same target, which keeps all of its probability mass."""
     c51_atari, c51 = load_script("c51_atari"), load_script("c51")
-    assert class_source("c51_atari.py", "FrameReplayBuffer") == class_source("dqn_atari.py", "FrameReplayBuffer")
+    assert c51_atari.FrameReplayBuffer is load_script("dqn_atari").FrameReplayBuffer is FrameReplayBuffer
     generator = torch.Generator().manual_seed(0)
     atoms = torch.linspace(-10, 10, 51)
     next_pmfs = torch.softmax(3 * torch.randn(256, 51, generator=generator), dim=1)
@@ -169,13 +166,14 @@ def test_c51_atari_network_on_real_frames():
     envs.close()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_with_every_flag(tmp_path, script):
     flags = ["--total-timesteps", "600", "--learning-starts", "350", "--buffer-size", "500", "--batch-size", "32"]
     flags += ["--capture-video", "--save-model", "--track", "--checkpoint-interval", "300", "--checkpoint-buffer"]
     run_dir = run_with_every_flag(script, flags, tmp_path)
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
-    assert checkpoint["global_step"] == 600 and checkpoint["replay_buffer"]["frames"].shape == (1, 500, 84, 84)
+    assert checkpoint["global_step"] == 600 and checkpoint["state"]["rb"]["frames"].shape == (1, 500, 84, 84)
     tags = scalar_tags(run_dir)
     for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon"]:
         assert tag in tags, tag
@@ -189,44 +187,65 @@ def test_smoke_with_every_flag(tmp_path, script):
     check_enjoy_replays_the_evaluation(run_dir, tmp_path)
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_killed_run_resumes_to_the_same_weights_with_the_buffer(tmp_path, script):
+@pytest.mark.e2e
+def test_killed_run_resumes_to_the_same_weights_with_the_buffer(tmp_path):
     """With --checkpoint-buffer the resumed run has everything the uninterrupted one had, the emulators' states
-    included (ALE envs do not pickle them): identical weights at the end."""
-    flags = ["--total-timesteps", "1200", "--learning-starts", "600", *SMALL, "--seed", "3"]
+    included (ALE envs do not pickle them): identical weights at the end. dqn_atari.py for both scripts: c51_atari.py
+    checkpoints the same entries."""
+    flags = ["--total-timesteps", "1200", "--learning-starts", "600", *SMALL, "--seed", "3", "--torch-deterministic"]
     flags += ["--checkpoint-interval", "400", "--checkpoint-buffer", "--save-model"]
-    run_dir = check_killed_run_resumes_to_the_same_weights(script, flags, tmp_path, "losses/q_values")
+    run_dir = check_killed_run_resumes_to_the_same_weights("dqn_atari.py", flags, tmp_path, "losses/q_values")
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
-    assert checkpoint["global_step"] == 1200 and checkpoint["envs"] is not None
-    assert checkpoint["replay_buffer"]["counts"][0] > 1200  # a frame per step, plus one per episode start
+    assert checkpoint["global_step"] == 1200 and checkpoint["finished"] and checkpoint["state"]["envs"] is not None
+    assert checkpoint["state"]["rb"]["counts"][0] > 1200  # a frame per step, plus one per episode start
+
+
+def sigterm_once_training(script, flags, tmp_path):
+    """helpers.sigterm_mid_run, with the signal sent a second after the run's first line on stdout, which it prints
+    once its SIGTERM handler is in place: these scripts write their first TensorBoard file before they build their
+    envs and networks, which takes more than sigterm_mid_run's second on a loaded machine."""
+    process = start_script(script, *flags, "--checkpoint-interval", str(10**12), cwd=tmp_path)
+    assert "training to" in process.stdout.readline()
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    assert f"--resume {run_dir.relative_to(tmp_path)}" in stderr
+    return run_dir, load_checkpoint(checkpoint_files(run_dir)[0])
 
 
 # the same behaviour in the whole value-based Atari family (their other tests are in their own modules)
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", [*SCRIPTS, "rainbow_atari.py", "dqn_atari_jax.py", "c51_atari_jax.py"])
 def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path, script):
     """SIGTERM mid-run: a checkpoint without the buffer (the default), exit code 143 and a line saying how to
     resume. The resumed run continues the games where they were, refills an empty buffer for --learning-starts
     steps without an update, then learns on."""
     flags = ["--total-timesteps", "1000000", "--learning-starts", "300", *SMALL]
-    run_dir, checkpoint = sigterm_mid_run(script, flags, tmp_path)
+    run_dir, checkpoint = sigterm_once_training(script, flags, tmp_path)
     stopped = checkpoint["global_step"]
-    assert 0 < stopped < 1_000_000 and checkpoint["replay_buffer"] is None and checkpoint["envs"] is not None
+    assert 0 < stopped < 1_000_000 and checkpoint["state"]["rb"] is None and checkpoint["state"]["envs"] is not None
 
     end = stopped + 800
     result = run_script(script, "--resume", str(run_dir), "--total-timesteps", str(end), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"refilling it for 300 steps, learning again after step {stopped + 300}" in result.stderr
-    assert "starting new games" not in result.stderr
+    assert "no env state" not in result.stderr  # the games go on where they were
     after = [step for step, _ in scalars(run_dir, "losses/q_values") if step > stopped]
     assert after == [step for step in range(400, end + 1, 400) if step > stopped + 300], (stopped, after)
 
 
 BAD_INPUTS = [
-    (["--env-id", "CartPole-v1"], ["CartPole-v1", "not images", "{peer}"]),
+    (["--env-id", "CartPole-v1"], ["CartPole-v1", "not an ALE Atari game", "{peer}"]),
     (["--env-id", "NoSuchGameNoFrameskip-v4"], ["--env-id NoSuchGameNoFrameskip-v4"]),
     (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
     (["--buffer-size", "0"], ["--buffer-size must be positive"]),
-    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint"]),
+    (["--seed", "-1"], ["--seed must be in [0, 2**32)"]),
+    (["--learning-starts", "1000", "--total-timesteps", "1000"], ["--learning-starts 1000", "--total-timesteps 1000"]),
+    (["--num-iterations", "5"], ["--num-iterations"]),  # a computed value, not a flag: tyro refuses it
+    (["--upload-model"], ["--upload-model", "--save-model"]),
+    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no such folder"]),
 ]
 C51_BAD_INPUTS = [
     (["--n-atoms", "1"], ["--n-atoms must be at least 2, got 1"]),
@@ -247,8 +266,10 @@ def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, script, flag
     check_bad_input_in_process(script, flags, fragments, tmp_path, monkeypatch, capsys)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", [*SCRIPTS, "dqn_atari_jax.py", "c51_atari_jax.py"])
 def test_vector_observations_in_a_new_process_are_one_clear_line(tmp_path, script):
     """A bad input as a user meets it, in a new process (the cases above and the JAX twins' run in this one)."""
     result = run_script(script, "--env-id", "CartPole-v1", cwd=tmp_path)
-    assert_clean_failure(result, "not images", script.replace("_atari", ""))
+    assert_clean_failure(result, "--env-id CartPole-v1", script.replace("_atari", ""))
+    assert not (tmp_path / "runs").exists(), "a bad input started a run"
