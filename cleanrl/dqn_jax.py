@@ -4,17 +4,13 @@ import glob
 import importlib
 import json
 import os
-import pickle
 import random
 import shlex
-import signal
 import sys
-import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
 
-import cloudpickle
 import flax
 import flax.linen as nn
 import gymnasium as gym
@@ -24,36 +20,12 @@ import numpy as np
 import optax
 import tyro
 from flax.training import train_state
+from rich.progress import Progress
 from torch.utils.tensorboard import SummaryWriter
 
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment"""
-    seed: int = 1
-    """seed of the experiment"""
-    track: bool = False
-    """if toggled, this experiment will be tracked with Weights and Biases"""
-    wandb_project_name: str = "cleanRL"
-    """the wandb's project name"""
-    wandb_entity: str | None = None
-    """the entity (team) of wandb's project"""
-    capture_video: bool = False
-    """whether to capture videos of the agent performances (check out `videos` folder)"""
-    save_model: bool = False
-    """whether to save the model into `runs/{run_name}` and evaluate it for 10 episodes"""
-    upload_model: bool = False
-    """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
-    hf_entity: str | None = None
-    """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
-    checkpoint_interval: int = 0
-    """environment steps between checkpoints written to `runs/{run_name}/checkpoint.pkl` (0 = off); a checkpoint
-    also holds the replay buffer (small for vector observations: 10,000 CartPole transitions are 0.4 MB), so a
-    resumed run goes on learning from the same data"""
-    resume: str | None = None
-    """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
-
     # Algorithm specific arguments
     env_id: str = "CartPole-v1"
     """the id of the environment (any Gymnasium id, or `module:EnvName-v0` for your own)"""
@@ -83,6 +55,29 @@ class Args:
     """timestep to start learning"""
     train_frequency: int = 10
     """the number of vector steps between gradient steps"""
+
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the model into `runs/{run_name}` and evaluate it for 10 episodes"""
+    upload_model: bool = False
+    """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
+    hf_entity: str | None = None
+    """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
+    checkpoint_interval: int = 0
+    """environment steps between checkpoints in `runs/{run_name}/checkpoint.pt` (0 = off; needs cleanrl_utils)"""
+    resume: str | None = None
+    """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
 
 
 def fail(message: str):
@@ -126,139 +121,129 @@ def linear_schedule(start_e: float, end_e: float, duration: int, t: int) -> floa
 
 
 def td_target(rewards, next_q_target, terminations, gamma):
-    """r + gamma * max_a' Q_target(s', a'), without the bootstrap where the episode terminated. A time-limit
-    truncation is stored as not terminated, so it still bootstraps from its real last observation."""
+    """r + gamma * max_a' Q_target(s', a'), no bootstrap where the episode terminated (a truncation still bootstraps)."""
     return rewards + gamma * next_q_target.max(axis=1) * (1.0 - terminations)
 
 
-def real_next_observations(next_obs, infos):
-    """Where an episode ended, next_obs is already the next episode's first observation: the transition's real
-    next observation is in infos["final_obs"]."""
-    real_next_obs = next_obs.copy()
-    if "final_obs" in infos:
-        ended = infos["_final_obs"]
-        real_next_obs[ended] = np.stack(infos["final_obs"][ended])
-    return real_next_obs
-
-
 class ReplayBuffer:
-    """A ring buffer of transitions in numpy arrays: cheap to add to every step, and picklable into checkpoints."""
+    """A ring buffer of transitions in numpy arrays: cheap to add to every step (10,000 CartPole transitions: 0.4 MB)."""
 
     def __init__(self, buffer_size, observation_space):
         self.obs = np.zeros((buffer_size,) + observation_space.shape, dtype=observation_space.dtype)
         self.next_obs = np.zeros_like(self.obs)  # the real next observation, also where an episode ended
         self.actions = np.zeros(buffer_size, dtype=np.int64)
-        self.rewards = np.zeros(buffer_size, dtype=np.float32)
-        self.terminations = np.zeros(buffer_size, dtype=np.float32)
+        self.rewards, self.terminations = (np.zeros(buffer_size, dtype=np.float32) for _ in range(2))
         self.buffer_size, self.pos, self.full = buffer_size, 0, False
 
-    def add(self, obs, next_obs, actions, rewards, terminations):
-        """One vector step: a transition per environment."""
+    def add(self, obs, next_obs, actions, rewards, terminations, infos):
+        """One vector step, a transition per environment. Where an episode ended, next_obs is already the next
+        episode's first observation: the transition's real next observation is in infos["final_obs"]."""
+        if "final_obs" in infos:
+            next_obs = next_obs.copy()
+            next_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
         for i in range(len(obs)):
             self.obs[self.pos], self.next_obs[self.pos], self.actions[self.pos] = obs[i], next_obs[i], actions[i]
             self.rewards[self.pos], self.terminations[self.pos] = rewards[i], terminations[i]
             self.pos = (self.pos + 1) % self.buffer_size
             self.full = self.full or self.pos == 0
 
-    def __len__(self):
-        return self.buffer_size if self.full else self.pos
-
     def sample(self, batch_size):
-        idx = np.random.randint(0, len(self), size=batch_size)
+        idx = np.random.randint(0, self.buffer_size if self.full else self.pos, size=batch_size)
         return self.obs[idx], self.actions[idx], self.next_obs[idx], self.rewards[idx], self.terminations[idx]
 
+    def state_dict(self):  # plain arrays and counters: a checkpoint loads without this script
+        return dict(vars(self))
 
-def pickle_envs(envs):
-    """The sub-environments of a vector env, pickled with their RNGs, time limits and episode statistics; None
-    where they cannot be (e.g. a renderer's window handle while recording video)."""
-    try:
-        return cloudpickle.dumps(envs.envs)
-    except (pickle.PicklingError, TypeError):
-        return None
+    def load_state_dict(self, state):
+        vars(self).update(state)
 
 
-def atomic_save(obj, path):
-    """A reader (or a resumed run) sees the old file or the new one, never a half-written one."""
-    tmp_path = f"{path}.tmp"
-    with open(tmp_path, "wb") as f:
-        pickle.dump(obj, f)
-    os.replace(tmp_path, path)
-
-
-if __name__ == "__main__":
-    args = tyro.cli(Args)
-    checkpoint = None
-    if args.resume is not None:
-        checkpoint_path = os.path.join(args.resume, "checkpoint.pkl")
-        if not os.path.isfile(checkpoint_path):
-            fail(f"--resume {args.resume}: no checkpoint.pkl there (was the run started with --checkpoint-interval?)")
-        with open(checkpoint_path, "rb") as f:
-            checkpoint = pickle.load(f)
-        # the saved run's Args are the defaults; flags given now (e.g. a larger --total-timesteps) override them
-        args = tyro.cli(Args, default=Args(**checkpoint["args"]))
-
+def check_args(args):
+    """Every check of the flags, before heavy work: a bad input ends with one line naming the flag, exit code 2."""
     for flag in ["total_timesteps", "num_envs", "buffer_size", "batch_size", "target_network_frequency", "train_frequency"]:
         if getattr(args, flag) <= 0:
             fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     for flag in ["checkpoint_interval", "learning_starts"]:
         if getattr(args, flag) < 0:
             fail(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
-    if not 0.0 < args.exploration_fraction <= 1.0:
-        fail(f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}")
-    if not 0.0 < args.tau <= 1.0:
-        fail(f"--tau must be in (0, 1], got {args.tau}")
+    if not 0 <= args.seed < 2**32:
+        fail(f"--seed must be in [0, 2**32) (numpy's seed range), got {args.seed}")
+    if args.learning_starts >= args.total_timesteps:
+        fail(f"--learning-starts {args.learning_starts} must be below --total-timesteps {args.total_timesteps}")
+    for flag in ["exploration_fraction", "tau"]:
+        if not 0.0 < getattr(args, flag) <= 1.0:
+            fail(f"--{flag.replace('_', '-')} must be in (0, 1], got {getattr(args, flag)}")
     if args.batch_size > args.buffer_size:
         fail(f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
+    if args.upload_model and not args.save_model:
+        fail("--upload-model uploads the model that --save-model saves: add --save-model")
     try:
-        module, _, registered_id = args.env_id.rpartition(":")
+        module, _, _ = args.env_id.rpartition(":")
         if module:  # a user's own env: importing its module registers it, as gym.make would
             importlib.import_module(module)
-        gym.spec(registered_id)
+        env = gym.make(args.env_id)
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
-    if args.upload_model:
-        if not args.save_model:
-            fail("--upload-model uploads the model that --save-model saves: add --save-model")
+    if not isinstance(env.observation_space, gym.spaces.Box) or not isinstance(env.action_space, gym.spaces.Discrete):
+        fail(
+            f"--env-id {args.env_id} has a {type(env.observation_space).__name__} observation space and a "
+            f"{type(env.action_space).__name__} action space; dqn_jax.py needs a Box observation space (wrap others with "
+            "gymnasium.wrappers.FlattenObservation) and a Discrete action space (sac_continuous_action.py takes Box ones)"
+        )
+    env.close()
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    checkpoint = None
+    if args.resume:  # the saved run's args under the flags given now; refuses (exit 2) what it cannot continue
+        from cleanrl_utils.run_state import load_checkpoint
+
+        args, checkpoint = load_checkpoint(Args, args, __file__)
+    check_args(args)
+    if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import check_upload
 
-        try:  # before training: a missing token must not cost a whole run
+        try:
             hf_repo_id = check_upload(args.hf_entity, args.env_id, args.exp_name, args.seed)
         except ValueError as e:
             fail(f"--upload-model: {e}")
+    num_iterations = args.total_timesteps // args.num_envs  # vector steps
+    run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "args.json"), "w") as f:
+        json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
+    if args.track:
+        import wandb
 
-    if checkpoint is None:
-        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = f"runs/{run_name}"
-    else:
-        run_name, run_dir = checkpoint["run_name"], args.resume.rstrip("/")
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
+            resume="allow",
+            save_code=True,
+        )
+    # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
+    writer = SummaryWriter(run_dir, purge_step=checkpoint["global_step"] + 1 if checkpoint else None)
+    if not checkpoint:  # a resumed run keeps its first table
+        table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
+        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
 
-    # seeding (JAX picks its device itself: a GPU when jax[cuda] is installed and sees one)
+    # TRY NOT TO MODIFY: seeding (JAX picks its device itself: a GPU when jax[cuda] is installed and sees one)
     random.seed(args.seed)
     np.random.seed(args.seed)
     key = jax.random.PRNGKey(args.seed)
     device = jax.devices()[0].platform
 
     # env setup: SAME_STEP autoreset returns the reset observation at once and the real last one in infos["final_obs"]
-    if checkpoint is not None and checkpoint["envs"] is not None:
-        env_fns = [lambda env=env: env for env in pickle.loads(checkpoint["envs"])]
-    else:
-        env_fns = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
-    envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    if not isinstance(envs.single_observation_space, gym.spaces.Box):
-        fail(
-            f"--env-id {args.env_id} has a {type(envs.single_observation_space).__name__} observation space; dqn.py's "
-            "MLP needs a Box one (wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)"
-        )
-    if not isinstance(envs.single_action_space, gym.spaces.Discrete):
-        fail(
-            f"--env-id {args.env_id} has a {type(envs.single_action_space).__name__} action space; dqn.py supports "
-            "Discrete ones only (use td3_continuous_action.py or sac_continuous_action.py for Box actions)"
-        )
-
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "args.json"), "w") as f:
-        json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
-
+    envs = gym.vector.SyncVectorEnv(
+        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
     q_network = QNetwork(action_dim=envs.single_action_space.n)
     params = q_network.init(key, envs.single_observation_space.sample()[None].astype(np.float32))
     q_state = TrainState.create(
@@ -278,95 +263,35 @@ if __name__ == "__main__":
         (loss_value, q_pred), grads = jax.value_and_grad(mse_loss, has_aux=True)(q_state.params)
         return loss_value, q_pred, q_state.apply_gradients(grads=grads)
 
-    num_iterations = args.total_timesteps // args.num_envs  # vector steps
-    global_step, start_iteration = 0, 1
-    if checkpoint is None:
-        obs, _ = envs.reset(seed=args.seed)
-        wandb_run_id = None
-    else:
-        q_state = q_state.replace(**checkpoint["q_state"])
-        vars(rb).update(checkpoint["replay_buffer"])
-        global_step, start_iteration = checkpoint["global_step"], checkpoint["iteration"] + 1
-        random.setstate(checkpoint["rng"]["python"])
-        np.random.set_state(checkpoint["rng"]["numpy"])
-        if checkpoint["envs"] is not None:
-            obs = checkpoint["obs"]
-        else:
-            print(
-                "warning: the checkpoint holds no env state (it could not be pickled); starting new episodes", file=sys.stderr
-            )
-            obs, _ = envs.reset(seed=args.seed + global_step)
-        wandb_run_id = checkpoint["wandb_run_id"]
+    global_step = 0
+    obs, _ = envs.reset(seed=args.seed)
 
-    if args.track:
-        import wandb
+    def checkpoint_state():  # what a checkpoint holds (the replay buffer too: a resumed run learns from the same data)
+        q_state_dict = jax.device_get(flax.serialization.to_state_dict(q_state))  # numpy: loads without this script
+        return dict(q_state=q_state_dict, rb=rb, envs=envs, obs=obs, global_step=global_step)
 
-        wandb_run = wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            id=wandb_run_id,  # None starts a new W&B run; a resumed run appends to its own
-            resume="allow",
-            save_code=True,
-        )
-        wandb_run_id = wandb_run.id
-    # on resume, purge_step hides whatever the killed run logged after its last checkpoint: no step repeats
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
-    if checkpoint is None:
-        writer.add_text(
-            "hyperparameters",
-            "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in vars(args).items()),
-        )
+    run_state = None
+    if args.checkpoint_interval or checkpoint:  # needs cleanrl_utils; a copied script trains without it
+        from cleanrl_utils.run_state import RunState
 
-    def save_checkpoint(iteration):
-        state = {
-            "args": asdict(args),
-            "run_name": run_name,
-            "iteration": iteration,
-            "global_step": global_step,
-            "q_state": jax.device_get(
-                {
-                    "step": q_state.step,
-                    "params": q_state.params,
-                    "target_params": q_state.target_params,
-                    "opt_state": q_state.opt_state,
-                }
-            ),
-            "replay_buffer": vars(rb),  # plain arrays and counters: the checkpoint loads without this script
-            "rng": {"python": random.getstate(), "numpy": np.random.get_state()},
-            "envs": pickle_envs(envs),
-            "obs": obs,
-            "wandb_run_id": wandb_run_id,
-        }
-        atomic_save(state, os.path.join(run_dir, "checkpoint.pkl"))
+        run_state = RunState(run_dir, args, writer, checkpoint)
+        if checkpoint:
+            saved = run_state.restore(checkpoint_state())
+            global_step, obs = saved["global_step"], saved["obs"]
+            q_state = flax.serialization.from_state_dict(q_state, saved["q_state"])
+            if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new episodes
+                obs, _ = envs.reset(seed=args.seed + global_step)
 
-    # Slurm and spot instances send SIGTERM before killing: finish the step, checkpoint, exit non-zero
-    stop_requested = threading.Event()
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.set())
-
-    recent_returns = deque(maxlen=20)
-    on_terminal = sys.stdout.isatty()
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    if on_terminal:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[stats]}"),
-            TimeRemainingColumn(),
-        )
-        progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
-        progress.start()
+    progress = Progress(*Progress.get_default_columns(), "{task.fields[stats]}", disable=not sys.stdout.isatty())
+    progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
+    progress.start()
+    recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
     report_every = max(1, num_iterations // 20)
-    start_time, start_step = time.time(), global_step
 
-    for iteration in range(start_iteration, num_iterations + 1):
+    for iteration in range(global_step // args.num_envs + 1, num_iterations + 1):
         global_step += args.num_envs
-        # epsilon-greedy, per environment; the Q-network runs only when some environment exploits
+        # ALGO LOGIC: epsilon-greedy, per environment; the Q-network runs only when some environment exploits
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
         explore = np.random.random(args.num_envs) < epsilon
         actions = np.random.randint(envs.single_action_space.n, size=args.num_envs)
@@ -374,8 +299,10 @@ if __name__ == "__main__":
             q_values = q_values_fn(q_state.params, np.asarray(obs, dtype=np.float32))
             actions = np.where(explore, actions, np.asarray(q_values.argmax(axis=1)))
 
+        # TRY NOT TO MODIFY: execute the game and log data.
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-
+        if not np.isfinite(rewards).all():
+            sys.exit(f"error: the environment returned a non-finite reward at step {global_step}; stopping")
         if "final_info" in infos:
             for i in np.flatnonzero(infos["final_info"]["_episode"]):
                 episodic_return = float(infos["final_info"]["episode"]["r"][i])
@@ -383,16 +310,19 @@ if __name__ == "__main__":
                 writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                 writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
         # the done flag is termination only: a truncated episode still bootstraps from its last observation
-        rb.add(obs, real_next_observations(next_obs, infos), actions, rewards, terminations)
+        rb.add(obs, next_obs, actions, rewards, terminations, infos)
         obs = next_obs
 
-        # training
+        # ALGO LOGIC: training.
         if global_step > args.learning_starts:
             if iteration % args.train_frequency == 0:
                 loss, old_val, q_state = update(q_state, *rb.sample(args.batch_size))
 
                 if iteration % (100 * args.train_frequency) == 0:
-                    writer.add_scalar("losses/td_loss", float(loss), global_step)
+                    td_loss = float(loss)
+                    if not np.isfinite(td_loss):
+                        sys.exit(f"error: the loss turned non-finite at step {global_step}; stopping (no model saved)")
+                    writer.add_scalar("losses/td_loss", td_loss, global_step)
                     writer.add_scalar("losses/q_values", float(old_val.mean()), global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
                     writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
@@ -403,29 +333,21 @@ if __name__ == "__main__":
                     target_params=optax.incremental_update(q_state.params, q_state.target_params, args.tau)
                 )
 
-        if iteration % report_every == 0 or iteration == num_iterations:
+        # a bar update costs more than a vector step: every 1,000 of them, and the plain lines every 5%
+        if iteration % 1000 == 0 or iteration % report_every == 0 or iteration == num_iterations:
             sps = int((global_step - start_step) / (time.time() - start_time))
-            recent = f"return {np.mean(recent_returns):.1f}" if recent_returns else "return -"
-            if on_terminal:
-                progress.update(progress_task, completed=global_step, stats=f"{sps} SPS, {recent}")
-            else:
-                print(f"step {global_step}/{num_iterations * args.num_envs}, {sps} SPS, {recent}", flush=True)
-        elif on_terminal and iteration % 1000 == 0:
-            progress.update(progress_task, completed=global_step)
+            stats = f"{sps} SPS, return {np.mean(recent_returns):.1f}" if recent_returns else f"{sps} SPS"
+            progress.update(progress_task, completed=global_step, stats=stats)
+            if progress.disable and (iteration % report_every == 0 or iteration == num_iterations):
+                print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
+        if run_state:
+            run_state.step(global_step, checkpoint_state)
 
-        interval = args.checkpoint_interval
-        if (interval and global_step // interval > (global_step - args.num_envs) // interval) or stop_requested.is_set():
-            save_checkpoint(iteration)
-        if stop_requested.is_set():
-            if on_terminal:
-                progress.stop()
-            print(f"SIGTERM at step {global_step}: checkpoint written; continue with --resume {run_dir}", file=sys.stderr)
-            envs.close()
-            writer.close()
-            sys.exit(128 + signal.SIGTERM)
-
-    if on_terminal:
-        progress.stop()
+    progress.stop()
+    if not all(np.isfinite(p).all() for p in jax.tree.leaves(q_state.params)):  # the loss is checked only where it is logged
+        sys.exit(f"error: the loss turned non-finite before step {global_step}; stopping (no model saved)")
+    if run_state:
+        run_state.finish(global_step, checkpoint_state)
 
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
@@ -447,9 +369,7 @@ if __name__ == "__main__":
         )
         for idx, episodic_return in enumerate(episodic_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(
-            f"evaluation over {len(episodic_returns)} episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}"
-        )
+        print(f"evaluation over 10 episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
 
     envs.close()
     writer.close()

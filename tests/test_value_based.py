@@ -45,6 +45,22 @@ SHORT = {
 # long enough to be killed after the first checkpoint (at step 2,000)
 RESUMABLE = {script: [*REPLAY_SHORT, "--total-timesteps", "20000", "--train-frequency", "4"] for script in SHORT}
 RESUMABLE["pqn.py"] = [*SHORT["pqn.py"], "--total-timesteps", "40960"]
+# an environment whose reward turns NaN at its 30th step, importable by the scripts as `nan_env:NanCartPole-v1`
+NAN_ENV = """
+import gymnasium as gym
+
+
+class NanReward(gym.Wrapper):
+    steps = 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        NanReward.steps += 1
+        return obs, float("nan") if NanReward.steps >= 30 else reward, terminated, truncated, info
+
+
+gym.register("NanCartPole-v1", entry_point=lambda: NanReward(gym.make("CartPole-v1")))
+"""
 
 
 def test_epsilon_schedule_endpoints():
@@ -65,8 +81,8 @@ def test_td_target_bootstraps_through_truncation_not_termination():
 
 
 def test_numpy_acting_is_the_q_networks_argmax():
-    """dqn.py acts with the Q-network's weights in numpy: its greedy actions must be QNetwork's argmax, for any
-    weights and for observations that need flattening."""
+    """dqn.py acts with the Q-network's layers in numpy: its greedy actions must be QNetwork's argmax, for any weights
+    and for observations that need flattening; a layer it does not know is refused, not skipped."""
     dqn = load_script("dqn")
     spaces = {"single_observation_space": gym.spaces.Box(-1, 1, (2, 3)), "single_action_space": gym.spaces.Discrete(5)}
     q_network = dqn.QNetwork(type("Envs", (), spaces))
@@ -78,8 +94,10 @@ def test_numpy_acting_is_the_q_networks_argmax():
     with torch.no_grad():
         expected = q_network(torch.as_tensor(obs)).argmax(dim=1).numpy()
     assert len(np.unique(expected)) >= 3, "the test needs several actions to be someone's argmax"
-    weights = [p.detach().numpy() for p in q_network.parameters()]
-    np.testing.assert_array_equal(dqn.greedy_actions(obs, weights), expected)
+    np.testing.assert_array_equal(dqn.greedy_actions(q_network, obs), expected)
+    q_network.network[1] = torch.nn.Tanh()  # a fork's change
+    with pytest.raises(TypeError, match="Tanh"):
+        dqn.greedy_actions(q_network, obs)
 
 
 def test_dqn_jax_td_target_and_sample():
@@ -91,7 +109,7 @@ def test_dqn_jax_td_target_and_sample():
     )  # terminated, then truncated (stored as not terminated: it bootstraps)
     np.testing.assert_allclose(np.asarray(target), [1.0, 1.0 + 0.9 * 2.0], rtol=1e-6)
     rb = dqn_jax.ReplayBuffer(4, gym.spaces.Box(0, 10, (1,)))
-    rb.add(np.array([[1.0], [2.0]]), np.array([[2.0], [3.0]]), np.array([0, 1]), np.array([0.5, 1.5]), np.array([0, 1]))
+    rb.add(np.array([[1.0], [2.0]]), np.array([[2.0], [3.0]]), np.array([0, 1]), np.array([0.5, 1.5]), np.array([0, 1]), {})
     np.random.seed(0)
     obs, actions, next_obs, rewards, terminations = rb.sample(8)
     np.testing.assert_array_equal(next_obs - obs, 1.0)  # rows stay whole transitions
@@ -151,8 +169,8 @@ def test_pqn_q_lambda_returns_by_hand():
 
 def test_replay_buffer_holds_real_transitions_across_resets():
     """Two short-episode envs stepped through several resets, with dqn.py's own make_env, vector env and buffer:
-    every stored transition is one real step, the last step of an episode keeps its real last observation, and
-    only a termination is stored as done."""
+    every stored transition is one real step, the last step of an episode keeps its real last observation (the
+    buffer reads it from infos["final_obs"]), and only a termination is stored as done."""
     dqn = load_script("dqn")
     import custom_env  # noqa: F401  (registers Corridor-v0: exit at position 5, time limit 20)
 
@@ -164,11 +182,11 @@ def test_replay_buffer_holds_real_transitions_across_resets():
     for _ in range(45):  # env 0 walks to the exit (terminates every 5 steps), env 1 into the wall (truncated at 20)
         actions = np.array([1, 0])
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-        rb.add(obs, dqn.real_next_observations(next_obs, infos), actions, rewards, terminations)
+        rb.add(obs, next_obs, actions, rewards, terminations, infos)
         obs = next_obs
     envs.close()
 
-    assert len(rb) == 90
+    assert rb.pos == 90 and not rb.full
     walker = slice(0, 90, 2)  # transitions alternate env 0, env 1
     step = rb.next_obs[walker, 0] - rb.obs[walker, 0]
     np.testing.assert_allclose(step, 0.2, rtol=1e-6)  # every stored transition moves one cell: no reset jump
@@ -190,11 +208,12 @@ def test_replay_buffer_wraps_around():
     dqn = load_script("dqn")
     rb = dqn.ReplayBuffer(3, gym.spaces.Box(0, 10, (1,)))
     for i in range(5):
-        rb.add(np.array([[i]]), np.array([[i + 1]]), np.array([0]), np.array([float(i)]), np.array([False]))
-    assert len(rb) == 3
+        rb.add(np.array([[i]]), np.array([[i + 1]]), np.array([0]), np.array([float(i)]), np.array([False]), {})
+    assert rb.full and rb.pos == 2
     assert sorted(rb.rewards.tolist()) == [2.0, 3.0, 4.0]  # the oldest transitions were overwritten
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_with_every_flag(tmp_path, script):
     flags = [*SHORT[script], "--capture-video", "--save-model", "--track", "--checkpoint-interval", "1000"]
@@ -205,8 +224,9 @@ def test_smoke_with_every_flag(tmp_path, script):
     assert (run_dir / script.replace(".py", ".cleanrl_model")).stat().st_size > 0
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
     assert checkpoint["global_step"] == 2000 + 48 * (script == "pqn.py")
+    assert checkpoint["finished"] and checkpoint["script"] == script  # the run's final checkpoint
     if script != "pqn.py":  # the replay buffer travels with the checkpoint: 2,000 steps filled its 1,000 slots
-        assert checkpoint["replay_buffer"]["full"] and checkpoint["replay_buffer"]["obs"].shape == (1000, 4)
+        assert checkpoint["state"]["rb"]["full"] and checkpoint["state"]["rb"]["obs"].shape == (1000, 4)
     assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
     tags = scalar_tags(run_dir)
     loss_tag = "losses/loss" if script.startswith("c51") else "losses/td_loss"
@@ -223,6 +243,7 @@ def test_smoke_with_every_flag(tmp_path, script):
     assert len(eval_returns) == 10 and all(r >= 1 for r in eval_returns)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_users_own_env_and_several_envs(tmp_path, script):
     result = run_script(script, "--env-id", "custom_env:Corridor-v0", *SHORT[script], "--num-envs", "2", cwd=tmp_path)
@@ -232,6 +253,7 @@ def test_users_own_env_and_several_envs(tmp_path, script):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_learns_cartpole(tmp_path, script):
     flags, threshold = LEARNING[script]
@@ -241,6 +263,7 @@ def test_learns_cartpole(tmp_path, script):
     assert np.mean(returns[-20:]) >= threshold, returns[-20:]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_same_seed_same_returns(tmp_path, script):
     runs = []
@@ -253,19 +276,36 @@ def test_same_seed_same_returns(tmp_path, script):
     assert runs[0] == runs[1]
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+# the three kinds of checkpoint of the family: torch with its replay buffer, flax's state dict with its replay buffer,
+# and the on-policy one without; c51.py and c51_jax.py hold the same as their DQN twins and are resumed after SIGTERM
+@pytest.mark.e2e
+@pytest.mark.parametrize("script", ["dqn.py", "dqn_jax.py", "pqn.py"])
 def test_killed_run_resumes_to_the_same_weights(tmp_path, script):
     flags = [*RESUMABLE[script], "--seed", "3", "--save-model", "--checkpoint-interval", "2000"]
     check_killed_run_resumes_to_the_same_weights(script, flags, tmp_path, "losses/q_values")
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.e2e
+@pytest.mark.parametrize("script", ["c51.py", "c51_jax.py"])
 def test_sigterm_checkpoints_and_exits_nonzero(tmp_path, script):
     check_sigterm_checkpoints_and_resumes(script, tmp_path, long_budget=500000, resume_budget=30000)
 
 
+@pytest.mark.e2e
+@pytest.mark.parametrize("script", ["dqn.py", "pqn.py"])
+def test_non_finite_reward_stops_the_run(tmp_path, script):
+    """A reward that turns NaN stops the run: exit code 1, one line naming the reward and the step, no model saved."""
+    (tmp_path / "nan_env.py").write_text(NAN_ENV)
+    flags = ["--env-id", "nan_env:NanCartPole-v1", *SHORT[script], "--num-envs", "1", "--save-model"]
+    result = run_script(script, *flags, cwd=tmp_path, PYTHONPATH=str(tmp_path))
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "non-finite reward at step 30" in result.stderr and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert not list((tmp_path / "runs").rglob("*.cleanrl_model"))
+
+
 REPLAY_BAD_INPUTS = [
     (["--buffer-size", "0"], ["--buffer-size must be positive"]),
+    (["--learning-starts", "2000", "--total-timesteps", "2000"], ["--learning-starts 2000", "--total-timesteps 2000"]),
     (["--train-frequency", "-1"], ["--train-frequency must be positive"]),
     (["--learning-starts", "-1"], ["--learning-starts must be >= 0"]),
     (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
@@ -283,13 +323,16 @@ BAD_INPUTS = {
     "pqn.py": [
         (["--num-minibatches", "3"], ["--num-minibatches 3 must divide", "2048"]),
         (["--q-lambda", "1.5"], ["--q-lambda must be in [0, 1]"]),
+        (["--total-timesteps", "100"], ["--total-timesteps 100 is less than one rollout"]),
+        (["--batch-size", "5"], ["--batch-size"]),  # computed at run time, not a flag: tyro refuses it
     ],
 }
 COMMON_BAD_INPUTS = [
     (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
     (["--env-id", "FrozenLake-v1"], ["Discrete observation space", "FlattenObservation"]),
     (["--exploration-fraction", "0"], ["--exploration-fraction must be in (0, 1]"]),
-    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint"]),
+    (["--seed", "-1"], ["--seed must be in [0, 2**32)"]),
+    (["--resume", "runs/never-ran"], ["--resume runs/never-ran"]),
 ]
 
 
@@ -301,6 +344,7 @@ def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, script, flag
     check_bad_input_in_process(script, flags, fragments, tmp_path, monkeypatch, capsys)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_continuous_env_is_one_clear_line(tmp_path, script):
     """A bad input as a user meets it, in a new process."""
