@@ -260,6 +260,9 @@ class RunState:
         if self.stop_requested.is_set():
             print(f"SIGTERM at step {global_step}: checkpoint written; continue with --resume {self.run_dir}", file=sys.stderr)
             self.writer.close()
+            for part in checkpoint_state().values():  # closing the envs completes a video being recorded
+                if isinstance(part, gym.vector.VectorEnv):
+                    part.close()
             sys.exit(128 + signal.SIGTERM)
 
     def finish(self, global_step: int, checkpoint_state):
