@@ -55,7 +55,7 @@ def fill_and_learn(rb):
     for _ in range(args.updates):  # as the script's qdagger_update
         b_obs, b_actions, b_next_obs, b_rewards, b_terminations = rb.sample(32, "cpu")
         with torch.no_grad():
-            target = qdagger.td_target(b_rewards, target_network(b_next_obs), b_terminations, 0.99)
+            target = b_rewards + 0.99 * target_network(b_next_obs).max(dim=1).values * (1.0 - b_terminations)
             teacher_q = teacher(b_obs)
         student_q = q_network(b_obs)
         old_val = student_q.gather(1, b_actions.unsqueeze(1)).squeeze(1)
