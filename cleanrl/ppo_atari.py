@@ -1,58 +1,29 @@
 # PPO on Atari games from pixels (Schulman et al. 2017, with the paper's Atari setup); docs: README.md#ppo_ataripy
 import glob
-import importlib
 import json
 import os
-import pickle
 import random
 import shlex
-import signal
 import sys
-import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
 
 import ale_py
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch
 import tyro
+from rich.progress import Progress
 from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
 
+gym.register_envs(ale_py)  # the ALE's ids: ALE/Breakout-v5, BreakoutNoFrameskip-v4, ...
+
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment"""
-    seed: int = 1
-    """seed of the experiment"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, cuda will be used when available"""
-    track: bool = False
-    """if toggled, this experiment will be tracked with Weights and Biases"""
-    wandb_project_name: str = "cleanRL"
-    """the wandb's project name"""
-    wandb_entity: str | None = None
-    """the entity (team) of wandb's project"""
-    capture_video: bool = False
-    """whether to capture videos of the agent performances (check out `videos` folder)"""
-    save_model: bool = False
-    """whether to save the model into `runs/{run_name}` and evaluate it for 10 episodes"""
-    upload_model: bool = False
-    """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
-    hf_entity: str | None = None
-    """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
-    checkpoint_interval: int = 0
-    """environment steps between checkpoints written to `runs/{run_name}/checkpoint.pt` (0 = off)"""
-    resume: str | None = None
-    """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
-
     # Algorithm specific arguments
     env_id: str = "BreakoutNoFrameskip-v4"
     """the id of the Atari game (any ALE id: `BreakoutNoFrameskip-v4`, `ALE/Breakout-v5`, or `module:EnvName-v0`)"""
@@ -89,13 +60,32 @@ class Args:
     target_kl: float | None = None
     """the target KL divergence threshold (stops the update epochs early when exceeded)"""
 
-    # to be filled in runtime
-    batch_size: int = 0
-    """the batch size (computed in runtime)"""
-    minibatch_size: int = 0
-    """the mini-batch size (computed in runtime)"""
-    num_iterations: int = 0
-    """the number of iterations (computed in runtime)"""
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the model into `runs/{run_name}` and evaluate it for 10 episodes"""
+    upload_model: bool = False
+    """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
+    hf_entity: str | None = None
+    """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
+    checkpoint_interval: int = 0
+    """environment steps between checkpoints in `runs/{run_name}/checkpoint.pt` (0 = off; needs cleanrl_utils)"""
+    resume: str | None = None
+    """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
 
 
 def fail(message: str):
@@ -110,12 +100,8 @@ def make_env(env_id, idx, capture_video, run_name):
     probability of repeating the previous action for the v5 ones (`ALE/Breakout-v5`)."""
 
     def thunk():
-        module, _, registered_id = env_id.rpartition(":")
-        if module:  # a user's own env: importing its module registers it, as gym.make would
-            importlib.import_module(module)
-        gym.register_envs(ale_py)
         # the ALE's own frame skip off (the v5 ids skip 4 by default): MaxAndSkipEnv skips, max-pooling the last two frames
-        env = gym.make(registered_id, frameskip=1, render_mode="rgb_array" if capture_video and idx == 0 else None)
+        env = gym.make(env_id, frameskip=1, render_mode="rgb_array" if capture_video and idx == 0 else None)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # innermost: the real game score over all lives, unclipped
         if capture_video and idx == 0:
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")  # the real frames, whole games
@@ -168,8 +154,7 @@ class Agent(nn.Module):
     def get_action(self, x):
         """Sample one action per observation: all that acting needs, so the per-step path stays short."""
         logits = self.actor(self.hidden(x))
-        # Gumbel-max trick: argmax(logits + Gumbel noise) is a sample from softmax(logits), at a fraction of the
-        # cost of torch.distributions
+        # Gumbel-max: argmax(logits + Gumbel noise) samples softmax(logits) at a fraction of torch.distributions' cost
         return (logits - torch.empty_like(logits).exponential_().log()).argmax(dim=-1)
 
     def evaluate_actions(self, x, action):
@@ -182,13 +167,9 @@ class Agent(nn.Module):
 
 
 def compute_gae(rewards, values, last_value, final_values, terminations, episode_ends, gamma, gae_lambda):
-    """Generalized Advantage Estimation over a rollout of numpy arrays shaped (num_steps, num_envs).
-
-    values[t] is V(obs[t]) and last_value is V of the observation after the rollout. Where an episode ended at
-    step t, obs[t + 1] is already the next episode's reset observation, so the bootstrap comes from
-    final_values[t] = V(real last observation) instead: a time-limit truncation keeps the value of where it
-    stopped, a termination zeroes it, and no episode end lets the lambda-return leak into the next episode.
-    """
+    """Generalized Advantage Estimation over a rollout of numpy arrays shaped (num_steps, num_envs). Where an episode
+    ended at step t, obs[t + 1] is already a reset observation, so the bootstrap is final_values[t] = V(its real last
+    observation): a truncation keeps that value, a termination zeroes it, and no return leaks into the next episode."""
     next_values = np.concatenate([values[1:], last_value.reshape(1, -1)])
     next_values = np.where(episode_ends, final_values, next_values)
     advantages = np.zeros_like(rewards)
@@ -200,96 +181,80 @@ def compute_gae(rewards, values, last_value, final_values, terminations, episode
     return advantages, advantages + values
 
 
-def pickle_envs(envs):
-    """The sub-environments of a vector env, pickled with their wrappers' state (frame stack, lives, episode
-    statistics); None where they cannot be. The ALE pickles only its constructor's arguments (gymnasium's EzPickle),
-    so each emulator's state, its RNG included, and the env's own RNG (NoopResetEnv draws from it) travel beside it.
-    The ALE does not save the last action it applied: with sticky actions (v5 ids) a repeat on the first frame after
-    a resume can differ from the uninterrupted run's; without them (v4 NoFrameskip ids) the games continue exactly."""
-    try:
-        return cloudpickle.dumps(
-            [(env, env.unwrapped.ale.cloneState(include_rng=True), env.unwrapped.np_random) for env in envs.envs]
-        )
-    except (pickle.PicklingError, TypeError):
-        return None
-
-
-def unpickle_envs(data):
-    """The sub-environments pickle_envs saved, each emulator back where it was."""
-    envs = []
-    for env, ale_state, np_random in pickle.loads(data):
-        env.unwrapped.ale.restoreState(ale_state)
-        env.unwrapped.np_random = np_random
-        envs.append(env)
-    return envs
-
-
-def atomic_save(obj, path):
-    """A reader (or a resumed run) sees the old file or the new one, never a half-written one."""
-    tmp_path = f"{path}.tmp"
-    torch.save(obj, tmp_path)
-    os.replace(tmp_path, path)
-
-
-if __name__ == "__main__":
-    args = tyro.cli(Args)
-    checkpoint = None
-    if args.resume is not None:
-        checkpoint_path = os.path.join(args.resume, "checkpoint.pt")
-        if not os.path.isfile(checkpoint_path):
-            fail(f"--resume {args.resume}: no checkpoint.pt there (was the run started with --checkpoint-interval?)")
-        checkpoint = torch.load(checkpoint_path, weights_only=False)
-        # the saved run's Args are the defaults; flags given now (e.g. a larger --total-timesteps) override them
-        args = tyro.cli(Args, default=Args(**checkpoint["args"]))
-
+def check_args(args):
+    """Every check of the flags, before heavy work: a bad input ends with one line naming the flag, exit code 2."""
     for flag in ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]:
         if getattr(args, flag) <= 0:
             fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     if args.checkpoint_interval < 0:
         fail(f"--checkpoint-interval must be >= 0 (0 = off), got {args.checkpoint_interval}")
-    args.batch_size = int(args.num_envs * args.num_steps)
-    if args.batch_size % args.num_minibatches != 0:
-        fail(
-            f"--num-minibatches {args.num_minibatches} must divide the batch size --num-envs * --num-steps = "
-            f"{args.batch_size}; pick a divisor of it"
-        )
-    args.minibatch_size = int(args.batch_size // args.num_minibatches)
-    args.num_iterations = args.total_timesteps // args.batch_size
-    if args.num_iterations == 0:
-        fail(
-            f"--total-timesteps {args.total_timesteps} is less than one rollout (--num-envs * --num-steps = {args.batch_size})"
-        )
+    if not 0 <= args.seed < 2**32:
+        fail(f"--seed must be in [0, 2**32) (numpy's seed range), got {args.seed}")
+    batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches:
+        fail(f"--num-minibatches {args.num_minibatches} must divide --num-envs * --num-steps = {batch_size}; pick a divisor")
+    if args.total_timesteps < batch_size:
+        fail(f"--total-timesteps {args.total_timesteps} is less than one rollout (--num-envs * --num-steps = {batch_size})")
+    if args.upload_model and not args.save_model:
+        fail("--upload-model uploads the model that --save-model saves: add --save-model")
     try:
-        module, _, registered_id = args.env_id.rpartition(":")
-        if module:  # a user's own env: importing its module registers it, as gym.make would
-            importlib.import_module(module)
-        gym.register_envs(ale_py)
-        probe = gym.make(registered_id)
+        env = gym.make(args.env_id)  # a `module:EnvName-v0` id: gym.make imports the module, which registers it
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
-    if not hasattr(probe.unwrapped, "ale"):  # the preprocessing reads the ALE's lives and action meanings
+    if not hasattr(env.unwrapped, "ale"):  # the preprocessing reads the ALE's lives and action meanings
         fail(
-            f"--env-id {args.env_id} is not an Atari game (its observations are {probe.observation_space}, not "
-            "the screen of the ALE); ppo_atari.py needs one: use ppo.py for it"
+            f"--env-id {args.env_id} is not an Atari game (its observations are {env.observation_space}, not the screen "
+            f"of the ALE); {os.path.basename(__file__)} needs one: use ppo.py for it"
         )
-    probe.close()
-    if args.upload_model:
-        if not args.save_model:
-            fail("--upload-model uploads the model that --save-model saves: add --save-model")
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        fail(
+            f"--env-id {args.env_id} has a {env.action_space} action space; {os.path.basename(__file__)} needs a Discrete one"
+        )
+    env.close()
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    checkpoint = None
+    if args.resume:  # the saved run's args under the flags given now; refuses (exit 2) what it cannot continue
+        from cleanrl_utils.run_state import load_checkpoint
+
+        args, checkpoint = load_checkpoint(Args, args, __file__)
+    check_args(args)
+    if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import check_upload
 
-        try:  # before training: a missing token must not cost a whole run
+        try:
             hf_repo_id = check_upload(args.hf_entity, args.env_id, args.exp_name, args.seed)
         except ValueError as e:
             fail(f"--upload-model: {e}")
+    batch_size = args.num_envs * args.num_steps
+    minibatch_size, num_iterations = batch_size // args.num_minibatches, args.total_timesteps // batch_size
+    run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "args.json"), "w") as f:
+        json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
+    if args.track:
+        import wandb
 
-    if checkpoint is None:
-        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = f"runs/{run_name}"
-    else:
-        run_name, run_dir = checkpoint["run_name"], args.resume.rstrip("/")
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
+            resume="allow",
+            save_code=True,
+        )
+    # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
+    writer = SummaryWriter(run_dir, purge_step=checkpoint["global_step"] + 1 if checkpoint else None)
+    if not checkpoint:  # a resumed run keeps its first table
+        table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
+        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
 
-    # seeding
+    # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -297,136 +262,58 @@ if __name__ == "__main__":
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # env setup: SAME_STEP autoreset returns the reset observation at once and the real last one in infos["final_obs"]
-    if checkpoint is not None and checkpoint["envs"] is not None:
-        env_fns = [lambda env=env: env for env in unpickle_envs(checkpoint["envs"])]
-    else:
-        env_fns = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
-    envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    if not isinstance(envs.single_action_space, gym.spaces.Discrete):
-        fail(
-            f"--env-id {args.env_id} has a {type(envs.single_action_space).__name__} action space; ppo_atari.py "
-            "supports Discrete ones only (make the game with its default discrete action set)"
-        )
-
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "args.json"), "w") as f:
-        json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
-
+    envs = gym.vector.SyncVectorEnv(
+        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
     agent = Agent(envs).to(device)
-    # fused: one kernel per step instead of a dozen small ops per parameter tensor
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # fused: one kernel a step
 
-    # storage for one rollout, in numpy: a write per step is far cheaper than into a tensor; the update
-    # converts the whole rollout to tensors once. Frames stay uint8: 29 MB for 8 envs x 128 steps, not 116
+    # ALGO Logic: Storage setup, in numpy: a write per step is far cheaper than into a tensor. Frames stay uint8: 29 MB
+    # for 8 envs x 128 steps, not 116
     obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=np.uint8)
     actions = np.zeros((args.num_steps, args.num_envs), dtype=np.int64)
-    rewards = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-    terminations = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-    episode_ends = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    rewards, terminations, episode_ends = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32) for _ in range(3))
     final_obs = np.zeros_like(obs)  # the real last observation where an episode ended (obs[t + 1] is a reset one)
+    global_step = 0
+    next_obs, _ = envs.reset(seed=args.seed)
 
-    global_step, start_iteration = 0, 1
-    if checkpoint is None:
-        next_obs, _ = envs.reset(seed=args.seed)
-        wandb_run_id = None
-    else:
-        agent.load_state_dict(checkpoint["agent"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        global_step, start_iteration = checkpoint["global_step"], checkpoint["iteration"] + 1
-        random.setstate(checkpoint["rng"]["python"])
-        np.random.set_state(checkpoint["rng"]["numpy"])
-        torch.set_rng_state(checkpoint["rng"]["torch"])
-        if device.type == "cuda" and checkpoint["rng"]["cuda"] is not None:
-            torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
-        if checkpoint["envs"] is not None:
-            next_obs = checkpoint["next_obs"]
-        else:
-            print(
-                "warning: the checkpoint holds no env state (it could not be pickled); starting new episodes", file=sys.stderr
-            )
-            next_obs, _ = envs.reset(seed=args.seed + global_step)
-        wandb_run_id = checkpoint["wandb_run_id"]
+    def checkpoint_state():  # what a checkpoint holds
+        return dict(agent=agent, optimizer=optimizer, envs=envs, next_obs=next_obs, global_step=global_step)
 
-    if args.track:
-        import wandb
+    run_state = None
+    if args.checkpoint_interval or checkpoint:  # needs cleanrl_utils; a copied script trains without it
+        from cleanrl_utils.run_state import RunState
 
-        wandb_run = wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            id=wandb_run_id,  # None starts a new W&B run; a resumed run appends to its own
-            resume="allow",
-            save_code=True,
-        )
-        wandb_run_id = wandb_run.id
-    # on resume, purge_step hides whatever the killed run logged after its last checkpoint: no step repeats
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
-    if checkpoint is None:
-        writer.add_text(
-            "hyperparameters",
-            "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in vars(args).items()),
-        )
+        run_state = RunState(run_dir, args, writer, checkpoint)
+        if checkpoint:
+            saved = run_state.restore(checkpoint_state())
+            global_step, next_obs = saved["global_step"], saved["next_obs"]
+            if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new episodes
+                next_obs, _ = envs.reset(seed=args.seed + global_step)
 
-    def save_checkpoint(iteration):
-        state = {
-            "args": asdict(args),
-            "run_name": run_name,
-            "iteration": iteration,
-            "global_step": global_step,
-            "agent": agent.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "rng": {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
-            },
-            "envs": pickle_envs(envs),
-            "next_obs": next_obs,
-            "wandb_run_id": wandb_run_id,
-        }
-        atomic_save(state, os.path.join(run_dir, "checkpoint.pt"))
-
-    # Slurm and spot instances send SIGTERM before killing: finish the iteration, checkpoint, exit non-zero
-    stop_requested = threading.Event()
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.set())
-
-    recent_returns = deque(maxlen=20)
-    on_terminal = sys.stdout.isatty()
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    if on_terminal:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    progress = Progress(*Progress.get_default_columns(), "{task.fields[stats]}", disable=not sys.stdout.isatty())
+    progress_task = progress.add_task(args.exp_name, total=num_iterations * batch_size, completed=global_step, stats="")
+    progress.start()
+    recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
 
-        progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[stats]}"),
-            TimeRemainingColumn(),
-        )
-        progress_task = progress.add_task(
-            args.exp_name, total=args.num_iterations * args.batch_size, completed=global_step, stats=""
-        )
-        progress.start()
-    start_time, start_step = time.time(), global_step
-
-    for iteration in range(start_iteration, args.num_iterations + 1):
+    for iteration in range(global_step // batch_size + 1, num_iterations + 1):
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            frac = 1.0 - (iteration - 1.0) / num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
-
-            with torch.inference_mode():
+            with torch.no_grad():
                 action = agent.get_action(torch.as_tensor(next_obs, device=device)).cpu().numpy()
             actions[step] = action
 
             next_obs, reward, terminated, truncated, infos = envs.step(action)
+            if not np.isfinite(reward).all():
+                sys.exit(f"error: the environment returned a non-finite reward at step {global_step}; stopping")
             rewards[step], terminations[step], episode_ends[step] = reward, terminated, terminated | truncated
 
             if "final_obs" in infos:
@@ -465,9 +352,9 @@ if __name__ == "__main__":
         # Optimizing the policy and value network
         clipfracs = []
         for epoch in range(args.update_epochs):
-            b_inds = torch.randperm(args.batch_size)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                mb_inds = b_inds[start : start + args.minibatch_size]
+            b_inds = torch.randperm(batch_size)
+            for start in range(0, batch_size, minibatch_size):
+                mb_inds = b_inds[start : start + minibatch_size]
 
                 newlogprob, entropy, newvalue = agent.evaluate_actions(b_obs[mb_inds], b_actions[mb_inds])
                 logratio = newlogprob - b_logprobs[mb_inds]
@@ -493,8 +380,7 @@ if __name__ == "__main__":
                     v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
                     v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
                     v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                    v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
-                    v_loss = 0.5 * v_loss_max.mean()
+                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
                 else:
                     v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
 
@@ -509,10 +395,13 @@ if __name__ == "__main__":
             if args.target_kl is not None and approx_kl > args.target_kl:
                 break
 
+        if not np.isfinite(loss.item()):
+            sys.exit(f"error: the loss turned non-finite at step {global_step}; stopping (no model saved)")
         y_pred, y_true = values.reshape(-1), returns.reshape(-1)
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
+        # TRY NOT TO MODIFY: record rewards for plotting purposes
         sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
@@ -523,26 +412,16 @@ if __name__ == "__main__":
         writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
+        stats = f"{sps} SPS, return {np.mean(recent_returns):.1f}" if recent_returns else f"{sps} SPS"
+        progress.update(progress_task, completed=global_step, stats=stats)
+        if progress.disable and (iteration % max(1, num_iterations // 20) == 0 or iteration == num_iterations):
+            print(f"step {global_step}/{num_iterations * batch_size}, {stats}", flush=True)
+        if run_state:
+            run_state.step(global_step, checkpoint_state)
 
-        recent = f"return {np.mean(recent_returns):.1f}" if recent_returns else "return -"
-        if on_terminal:
-            progress.update(progress_task, completed=global_step, stats=f"{sps} SPS, {recent}")
-        elif iteration % max(1, args.num_iterations // 20) == 0 or iteration == args.num_iterations:
-            print(f"step {global_step}/{args.num_iterations * args.batch_size}, {sps} SPS, {recent}", flush=True)
-
-        interval = args.checkpoint_interval
-        if (interval and global_step // interval > (global_step - args.batch_size) // interval) or stop_requested.is_set():
-            save_checkpoint(iteration)
-        if stop_requested.is_set():
-            if on_terminal:
-                progress.stop()
-            print(f"SIGTERM at step {global_step}: checkpoint written; continue with --resume {run_dir}", file=sys.stderr)
-            envs.close()
-            writer.close()
-            sys.exit(128 + signal.SIGTERM)
-
-    if on_terminal:
-        progress.stop()
+    progress.stop()
+    if run_state:
+        run_state.finish(global_step, checkpoint_state)
 
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
@@ -551,21 +430,11 @@ if __name__ == "__main__":
         from cleanrl_utils.evals.ppo_eval import evaluate
 
         episodic_returns = evaluate(
-            model_path,
-            make_env,
-            args.env_id,
-            eval_episodes=10,
-            run_name=f"{run_name}-eval",
-            Model=Agent,
-            device=device,
-            capture_video=args.capture_video,
-            seed=args.seed + 100_000,
+            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Agent, device, args.capture_video, args.seed + 100_000
         )
         for idx, episodic_return in enumerate(episodic_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(
-            f"evaluation over {len(episodic_returns)} games: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}"
-        )
+        print(f"evaluation over 10 games: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
 
     envs.close()
     writer.close()

@@ -1,5 +1,6 @@
 """cleanrl/ppo_atari.py and ppo_atari_lstm.py: the Atari preprocessing on the real ALE, the networks, env state across
-a checkpoint, the LSTM's resets and replay, smoke with every flag, resume, SIGTERM, bad inputs (both scripts)."""
+a checkpoint (cleanrl_utils.run_state's snapshot on these scripts' envs), the LSTM's resets and replay, smoke with
+every flag, resume, SIGTERM, bad inputs (both scripts)."""
 
 import json
 
@@ -58,11 +59,16 @@ def play_one_game(env_id, seed):
         assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
         steps.append(
             {
-                "reward": reward, "raw": raw_rewards[-1], "terminated": terminated, "truncated": truncated,
-                "lives_before": lives, "lives": ale.lives(), "episode": info.get("episode"),
+                "reward": reward,
+                "raw": raw_rewards[-1],
+                "terminated": terminated,
+                "truncated": truncated,
+                "lives_before": lives,
+                "lives": ale.lives(),
+                "episode": info.get("episode"),
                 "frames": ale.getEpisodeFrameNumber() - frame,
             }
-        )  # fmt: skip
+        )
         if terminated or truncated:
             if "episode" in info:
                 env.close()
@@ -116,19 +122,24 @@ def test_v5_ids_skip_4_frames_not_16_and_keep_sticky_actions():
 
 
 def test_checkpointed_envs_continue_exactly():
-    """The ALE pickles only its constructor's arguments: pickle_envs must carry each emulator's state and the env's
-    RNG (the no-op starts of later games draw from it), or a resumed run would play a fresh, unreset game."""
+    """The ALE pickles only its constructor's arguments: cleanrl_utils.run_state's env snapshot must carry each
+    emulator's state and the env's RNG (the no-op starts of later games draw from it) through this script's wrappers
+    (frame stack, lives), or a resumed run would play a fresh, unreset game."""
+    from cleanrl_utils.run_state import restore_envs, snapshot_envs
+
     ppo_atari = load_ppo_atari()
 
-    def vector_env(env_fns):
+    def vector_env():
+        env_fns = [ppo_atari.make_env("BreakoutNoFrameskip-v4", i, False, "test") for i in range(2)]
         return gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
-    envs = vector_env([ppo_atari.make_env("BreakoutNoFrameskip-v4", i, False, "test") for i in range(2)])
+    envs, restored = vector_env(), vector_env()
     envs.reset(seed=1)
+    restored.reset(seed=2)  # other games, replaced by the snapshot's as a resumed run does
     rng = np.random.default_rng(0)
     for _ in range(40):
         envs.step(rng.integers(4, size=2))
-    restored = vector_env([lambda env=env: env for env in ppo_atari.unpickle_envs(ppo_atari.pickle_envs(envs))])
+    restore_envs(restored, snapshot_envs(envs))
     np.testing.assert_array_equal(restored.envs[0].unwrapped.ale.getRAM(), envs.envs[0].unwrapped.ale.getRAM())
     ends = 0
     for _ in range(300):  # through lost lives and whole games
@@ -293,13 +304,22 @@ def test_the_rollout_start_state_replays_the_values_the_rollout_computed():
         assert not torch.allclose(from_zeros.reshape(T, N)[0], values[0])
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_with_every_flag(tmp_path, script):
     name = script[: -len(".py")]
     result = run_script(
-        script, *SHORT[script], "--total-timesteps", "512", "--capture-video", "--save-model", "--track",
-        "--checkpoint-interval", "256", cwd=tmp_path,
-    )  # fmt: skip
+        script,
+        *SHORT[script],
+        "--total-timesteps",
+        "512",
+        "--capture-video",
+        "--save-model",
+        "--track",
+        "--checkpoint-interval",
+        "256",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     videos = sorted((tmp_path / "videos" / run_dir.name).glob("*.mp4"))
@@ -315,10 +335,18 @@ def test_smoke_with_every_flag(tmp_path, script):
     assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
     tags = scalar_tags(run_dir)
     for tag in [
-        "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
-        "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl",
-        "losses/old_approx_kl", "losses/clipfrac", "losses/explained_variance",
-    ]:  # fmt: skip
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "charts/SPS",
+        "charts/learning_rate",
+        "losses/value_loss",
+        "losses/policy_loss",
+        "losses/entropy",
+        "losses/approx_kl",
+        "losses/old_approx_kl",
+        "losses/clipfrac",
+        "losses/explained_variance",
+    ]:
         assert tag in tags, tag
     # whole games: Breakout's 5 lives take far more than 4 frames x the ~25 agent steps of one random life
     assert all(length > 400 for _, length in scalars(run_dir, "charts/episodic_length"))
@@ -327,11 +355,12 @@ def test_smoke_with_every_flag(tmp_path, script):
     assert "evaluation over 10 games" in result.stdout
     assert list((tmp_path / "videos").glob(f"{run_dir.name}-eval/*.mp4")), "the evaluation recorded no video"
     if script == "ppo_atari_lstm.py":  # the checkpoint carries the LSTM's memory of the games in progress
-        checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=False)
-        h, c = checkpoint["next_lstm_state"]
-        assert h.shape == c.shape == (1, 2, 128) and h.abs().sum() > 0 and checkpoint["next_done"].shape == (2,)
+        next_obs, (h, c), next_done = torch.load(run_dir / "checkpoint.pt", weights_only=False)["state"]["memory"]
+        assert h.shape == c.shape == (1, 2, 128) and h.abs().sum() > 0 and next_done.shape == (2,)
+        assert next_obs.shape == (2, 1, 84, 84)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_killed_run_resumes_to_the_same_weights(tmp_path, script):
     flags = [*SHORT[script], "--total-timesteps", "384", "--seed", "3", "--save-model", "--checkpoint-interval", "64"]
@@ -339,10 +368,10 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, script):
     assert [step for step, _ in scalars(run_dir, "charts/SPS")] == list(range(64, 384 + 1, 64))
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_sigterm_checkpoints_and_exits_nonzero(tmp_path, script):
+@pytest.mark.e2e
+def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
     # the default configuration (8 envs x 128 steps); the resumed run does one more rollout
-    check_sigterm_checkpoints_and_resumes(script, tmp_path, long_budget=10_000_000, resume_budget=2048)
+    check_sigterm_checkpoints_and_resumes("ppo_atari.py", tmp_path, long_budget=10_000_000, resume_budget=2048)
 
 
 BAD_INPUTS = [
@@ -350,7 +379,9 @@ BAD_INPUTS = [
     (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
     (["--env-id", "ALE/NoSuchGame-v5"], ["--env-id ALE/NoSuchGame-v5"]),
     (["--num-envs", "0"], ["--num-envs must be positive"]),
-    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint.pt"]),
+    (["--seed", "-1"], ["--seed must be in [0, 2**32)"]),
+    (["--batch-size", "5"], ["--batch-size"]),  # computed from --num-envs * --num-steps: not a flag
+    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no such folder"]),
 ]
 
 
@@ -367,6 +398,7 @@ def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, script, flag
     check_bad_input_in_process(script, flags, fragments, tmp_path, monkeypatch, capsys)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_a_bad_input_in_a_new_process_is_one_clear_line(tmp_path, script):
     """A bad input as a user meets it, in a new process (the cases above run in this one)."""

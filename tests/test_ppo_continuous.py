@@ -1,6 +1,7 @@
 """cleanrl/ppo_continuous_action.py and cleanrl/rpo_continuous_action.py: the pure pieces by hand (normalization,
 action bounds, the Gaussian, RPO's perturbation, GAE), episode ends of MuJoCo and DeepMind Control, smoke with every
-flag, learning, evaluation with the saved statistics, resume, SIGTERM, determinism, bad inputs."""
+flag, learning, evaluation with the saved statistics, resume, SIGTERM, determinism, bad inputs. The environments'
+state across a checkpoint is cleanrl_utils.run_state's (tests/test_run_state.py); here, on these scripts' own envs."""
 
 import json
 import math
@@ -45,7 +46,7 @@ def test_running_statistics_against_numpy(script):
     m = load_script(script)
     rng = np.random.default_rng(0)
     batches = [rng.normal(3.0, 2.0, size=(n, 4)) for n in (1, 5, 2, 7, 1)]
-    rms = m.RunningMeanStd((4,))
+    rms = m.RunningMeanStd(shape=(4,))  # gymnasium's, shared by all envs rather than per-env wrappers
     for batch in batches:
         rms.update(batch)
     data = np.concatenate(batches)
@@ -60,11 +61,6 @@ def test_running_statistics_against_numpy(script):
     assert rms.count == pytest.approx(n + pseudo)
     np.testing.assert_allclose(rms.mean, data.mean(axis=0), rtol=1e-4)  # the pseudo-sample hardly weighs
     np.testing.assert_allclose(rms.var, data.var(axis=0), rtol=1e-4)
-    reference = gym.wrappers.utils.RunningMeanStd(shape=(4,))  # gymnasium's own, fed the same batches
-    for batch in batches:
-        reference.update(batch)
-    np.testing.assert_allclose(rms.mean, reference.mean, rtol=1e-12)
-    np.testing.assert_allclose(rms.var, reference.var, rtol=1e-12)
 
     rms.mean, rms.var = np.array([1.0, -2.0]), np.array([4.0, 0.25])
     normalized = m.normalize_obs(np.array([[3.0, -2.0], [101.0, -10.0]]), rms)
@@ -141,9 +137,9 @@ def test_gaussian_policy_samples_and_log_probabilities(script):
         agent.actor_mean[-1].weight.zero_()
         agent.actor_mean[-1].bias.copy_(mean)  # the same mean for any input
         agent.actor_logstd.copy_(std.log().unsqueeze(0))
-    weights = [p.detach().numpy() for p in agent.actor_mean.parameters()]
-    action_std = agent.actor_logstd.detach().exp().numpy()
-    actions = m.sample_actions(np.zeros((40000, 3), dtype=np.float32), weights, action_std, np.random.default_rng(0))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        actions = agent.get_action(torch.zeros(40000, 3)).numpy()
     assert actions.dtype == np.float32 and actions.shape == (40000, 2)
     np.testing.assert_allclose(actions.mean(0), mean.numpy(), atol=0.03)
     np.testing.assert_allclose(actions.std(0), std.numpy(), atol=0.03)
@@ -153,24 +149,6 @@ def test_gaussian_policy_samples_and_log_probabilities(script):
     torch.testing.assert_close(logprobs, normal.log_prob(torch.as_tensor(actions)).sum(-1))
     torch.testing.assert_close(entropy, normal.entropy().sum().expand(40000))
     assert values.shape == (40000,)
-
-
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_numpy_acting_runs_the_torch_actor(script):
-    """The rollout acts with the actor's weights in numpy: its mean must be Agent.actor_mean's, for any weights."""
-    m = load_script(script)
-    torch.manual_seed(1)
-    agent = m.Agent(space_holder(gym.spaces.Box(-1, 1, (17,)), gym.spaces.Box(-1, 1, (6,))))
-    with torch.no_grad():
-        for p in agent.actor_mean.parameters():
-            p.add_(torch.randn_like(p))  # away from the initialization (a last layer of std 0.01 would hide errors)
-    obs = np.random.default_rng(0).normal(size=(50, 17)).astype(np.float32)
-    weights = [p.detach().numpy() for p in agent.actor_mean.parameters()]
-    means = m.sample_actions(obs, weights, np.zeros((1, 6), dtype=np.float32), np.random.default_rng(0))
-    with torch.no_grad():
-        expected = agent.actor_mean(torch.as_tensor(obs)).numpy()
-    assert np.abs(expected).max() > 1.0
-    np.testing.assert_allclose(means, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_rpo_perturbs_the_mean_uniformly_in_the_update_only():
@@ -260,22 +238,28 @@ def test_episode_ends_of_mujoco_and_dm_control_through_make_env():
 
 
 @pytest.mark.parametrize("env_id", ["HalfCheetah-v5", DM_CONTROL_TASK])
-def test_pickled_envs_continue_their_episodes_exactly(env_id):
-    """A checkpoint's environments: Gymnasium's MuJoCo envs pickle as their constructor's arguments, so their physics
-    state travels beside them; the restored envs must continue the same episodes (and the next ones) bit for bit."""
+def test_checkpointed_envs_continue_their_episodes_exactly(env_id):
+    """A checkpoint's environments, as cleanrl_utils.run_state saves and restores them: Gymnasium's MuJoCo envs pickle
+    as their constructor's arguments, so their physics state travels beside them; the restored envs, put into a fresh
+    vector env as a resumed run does, continue the same episodes (and the next ones) bit for bit."""
+    from cleanrl_utils.run_state import restore_envs, snapshot_envs
+
     m = load_script("ppo_continuous_action")
-    envs = gym.vector.SyncVectorEnv(
-        [m.make_env(env_id, i, False, "test") for i in range(2)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
-    )
+
+    def vector():
+        return gym.vector.SyncVectorEnv(
+            [m.make_env(env_id, i, False, "test") for i in range(2)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+        )
+
+    envs, restored = vector(), vector()
     envs.reset(seed=1)
+    restored.reset(seed=2)  # other episodes, replaced by the snapshot's
     rng = np.random.default_rng(0)
     for _ in range(990):
         envs.step(rng.uniform(-1, 1, (2,) + envs.single_action_space.shape))
-    blob = m.pickle_envs(envs)
-    assert blob is not None
-    restored = gym.vector.SyncVectorEnv(
-        [lambda env=env: env for env in m.unpickle_envs(blob)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
-    )
+    snapshot = snapshot_envs(envs)
+    assert snapshot is not None
+    restore_envs(restored, snapshot)
     saw_a_reset = False
     for action in rng.uniform(-1, 1, (30, 2) + envs.single_action_space.shape):
         expected, got = envs.step(action), restored.step(action)
@@ -368,12 +352,21 @@ def test_evaluation_normalizes_with_the_saved_statistics_frozen(script, tmp_path
 # ---------------------------------------------------------------- the scripts run as a user runs them
 
 STANDARD_TAGS = [
-    "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
-    "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl",
-    "losses/old_approx_kl", "losses/clipfrac", "losses/explained_variance",
-]  # fmt: skip
+    "charts/episodic_return",
+    "charts/episodic_length",
+    "charts/SPS",
+    "charts/learning_rate",
+    "losses/value_loss",
+    "losses/policy_loss",
+    "losses/entropy",
+    "losses/approx_kl",
+    "losses/old_approx_kl",
+    "losses/clipfrac",
+    "losses/explained_variance",
+]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_on_mujoco_with_every_flag(script, tmp_path):
     # InvertedPendulum: a MuJoCo v4 env whose early episodes are short, so the videos of training and of the
@@ -411,6 +404,7 @@ def test_smoke_on_mujoco_with_every_flag(script, tmp_path):
     assert normalization["var"].min() > 0 and not torch.equal(normalization["mean"], torch.zeros(4))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_on_dm_control_with_video_and_tracking(script, tmp_path):
     # every flag but --save-model, whose evaluation would render 3 full 1000-step episodes in software; the
@@ -423,7 +417,7 @@ def test_smoke_on_dm_control_with_video_and_tracking(script, tmp_path):
     assert run_dir.parent.name == "dm_control"  # the env id's "/" nests the run folder
     assert [p.parent.name for p in (tmp_path / "videos").rglob("*.mp4")] == [run_dir.name]
     assert list((tmp_path / "wandb").glob("offline-run-*"))
-    assert load_checkpoint(run_dir / "checkpoint.pt")["envs"] is not None  # dm_control envs pickle, renderer and all
+    assert load_checkpoint(run_dir / "checkpoint.pt")["state"]["envs"] is not None  # dm_control envs pickle, renderer and all
     assert "charts/SPS" in scalar_tags(run_dir)
 
 
@@ -434,6 +428,7 @@ LEARNING_BAR = 200
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_learns_inverted_pendulum(script, tmp_path):
     result = run_script(
@@ -445,6 +440,7 @@ def test_learns_inverted_pendulum(script, tmp_path):
     assert np.mean(returns[:20]) < 50  # it started from a policy that drops the pole at once
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_same_seed_same_returns(script, tmp_path):
     runs = []
@@ -457,6 +453,7 @@ def test_same_seed_same_returns(script, tmp_path):
     assert runs[0] == runs[1]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "script, env_id", [("ppo_continuous_action", "HalfCheetah-v4"), ("rpo_continuous_action", DM_CONTROL_TASK)]
 )
@@ -473,8 +470,10 @@ def test_killed_run_resumes_to_the_same_weights_and_statistics(script, env_id, t
     for key in ["mean", "var"]:
         assert torch.equal(reference["obs_normalization"][key], resumed["obs_normalization"][key]), key
     assert reference["obs_normalization"]["count"] == resumed["obs_normalization"]["count"]
-    checkpoint = load_checkpoint(run_dir / "checkpoint.pt")
-    assert {"obs_rms", "return_rms", "discounted_returns", "envs"} <= set(checkpoint) and checkpoint["envs"] is not None
+    state = load_checkpoint(run_dir / "checkpoint.pt")["state"]
+    obs_rms, return_rms, discounted_returns = state["running"]  # the normalization's statistics travel with the run
+    assert obs_rms.count > 8192 and return_rms.count > 8192 and discounted_returns.shape == (1,)
+    assert state["envs"] is not None
 
     from cleanrl_utils.evals.ppo_continuous_action_eval import evaluate
 
@@ -494,11 +493,12 @@ def test_killed_run_resumes_to_the_same_weights_and_statistics(script, env_id, t
     np.testing.assert_allclose(replayed, logged, rtol=1e-5)  # the same policy, statistics and episodes
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_sigterm_checkpoints_and_exits_nonzero(script, tmp_path):
-    check_sigterm_checkpoints_and_resumes(f"{script}.py", tmp_path, long_budget=1_000_000, resume_budget=8192)
+@pytest.mark.e2e
+def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
+    check_sigterm_checkpoints_and_resumes("rpo_continuous_action.py", tmp_path, long_budget=1_000_000, resume_budget=8192)
 
 
+@pytest.mark.e2e
 def test_headless_machine_renders_mujoco_through_egl_unless_told_otherwise():
     code = f"import runpy, os; runpy.run_path({str(REPO / 'cleanrl' / 'ppo_continuous_action.py')!r}); print(os.environ.get('MUJOCO_GL'))"
     base = {k: v for k, v in script_env().items() if k not in ("DISPLAY", "MUJOCO_GL")}
@@ -516,8 +516,10 @@ def test_headless_machine_renders_mujoco_through_egl_unless_told_otherwise():
 
 
 COMMON_BAD_INPUTS = [
-    (["--env-id", "CartPole-v1"], ["Discrete(2) action space", "ppo.py"]),
+    (["--env-id", "CartPole-v1"], ["Discrete(2) actions", "ppo.py"]),
     (["--num-minibatches", "3"], ["--num-minibatches 3 must divide", "2048"]),
+    (["--seed", "-1"], ["--seed must be in [0, 2**32)"]),
+    (["--batch-size", "5"], ["--batch-size"]),  # computed from --num-envs * --num-steps: not a flag
 ]
 PPO_BAD_INPUTS = [
     (["--env-id", "NoSuchEnv-v0"], ["--env-id NoSuchEnv-v0"]),
@@ -526,7 +528,9 @@ PPO_BAD_INPUTS = [
     (["--total-timesteps", "-5"], ["--total-timesteps must be positive"]),
     (["--total-timesteps", "1000"], ["--total-timesteps 1000 is less than one rollout"]),
     (["--checkpoint-interval", "-1"], ["--checkpoint-interval must be >= 0"]),
-    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no checkpoint.pt"]),
+    (["--seed", str(2**32)], ["--seed must be in [0, 2**32)"]),
+    (["--upload-model"], ["--upload-model uploads the model that --save-model saves"]),
+    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no such folder"]),
 ]
 
 
@@ -537,14 +541,14 @@ PPO_BAD_INPUTS = [
     + [("rpo_continuous_action", ["--rpo-alpha", "-0.1"], ["--rpo-alpha must be >= 0"])],
 )
 def test_bad_input_is_one_clear_line(script, flags, fragments, tmp_path, monkeypatch, capsys):
-    stderr = check_bad_input_in_process(f"{script}.py", flags, fragments, tmp_path, monkeypatch, capsys)
-    assert len(stderr.strip().splitlines()) == 1, stderr
+    check_bad_input_in_process(f"{script}.py", flags, fragments, tmp_path, monkeypatch, capsys)  # one `error:` line
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_a_discrete_env_in_a_new_process_is_one_clear_line(script, tmp_path):
     """A bad input as a user meets it, in a new process (the cases above run in this one)."""
     result = run_script(f"{script}.py", "--env-id", "CartPole-v1", cwd=tmp_path)
-    assert_clean_failure(result, "Discrete(2) action space", "ppo.py", f"{script}.py")  # itself and the script that fits
+    assert_clean_failure(result, "Discrete(2) actions", "ppo.py", f"{script}.py")  # itself and the script that fits
     assert not (tmp_path / "runs").exists(), "a bad input started a run"
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
