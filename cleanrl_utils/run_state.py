@@ -28,7 +28,8 @@ here:
 A checkpoint entry is stored by what it is: an object with `state_dict()` (torch modules and optimizers, the
 scripts' replay buffers) by its state dict, loaded back in place; a numpy `Generator` by its bit generator's state;
 a Gymnasium `SyncVectorEnv` by its pickled sub-environments with their emulator or physics state (see
-`snapshot_envs`); anything else (the step counter, an observation, a JAX pytree) as it is. Python's, numpy's and
+`snapshot_envs`); anything else (the step counter, an observation, a JAX pytree) as it is, and it comes back on
+the CPU: a script moves a saved tensor back to its device. Python's, numpy's and
 torch's global RNGs are always saved. The previous checkpoint is kept as `checkpoint.prev.pt` until the next one is
 written, so one that cannot be read (a damaged disk, a partial copy) still leaves a good one.
 """
@@ -165,7 +166,7 @@ def snapshot_envs(envs: gym.vector.SyncVectorEnv) -> bytes | None:
     pickled (a video recorder holds a file handle): the resumed run then starts new episodes."""
     try:
         return cloudpickle.dumps([(env, _simulator_state(env)) for env in envs.envs])
-    except (pickle.PicklingError, TypeError, AttributeError):
+    except (pickle.PicklingError, TypeError, AttributeError, ValueError):  # ValueError: ctypes pointers
         return None
 
 
