@@ -2,22 +2,17 @@
 # smoothing, delayed policy updates; continuous actions; docs: README.md#td3_continuous_action_jaxpy
 import ctypes.util
 import glob
-import importlib
 import json
 import math
 import os
-import pickle
 import random
 import shlex
-import signal
 import sys
-import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
 from functools import partial
 
-import cloudpickle
 import flax
 import flax.linen as nn
 import gymnasium as gym
@@ -27,7 +22,7 @@ import numpy as np
 import optax
 import tyro
 from flax.training import train_state
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import Progress
 from torch.utils.tensorboard import SummaryWriter
 
 # MuJoCo reads MUJOCO_GL once, on import: without a display, EGL renders videos off-screen (your own MUJOCO_GL wins)
@@ -38,32 +33,6 @@ if HEADLESS and "MUJOCO_GL" not in os.environ and ctypes.util.find_library("EGL"
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment"""
-    seed: int = 1
-    """seed of the experiment"""
-    track: bool = False
-    """if toggled, this experiment will be tracked with Weights and Biases"""
-    wandb_project_name: str = "cleanRL"
-    """the wandb's project name"""
-    wandb_entity: str | None = None
-    """the entity (team) of wandb's project"""
-    capture_video: bool = False
-    """whether to capture videos of the agent performances (check out `videos` folder)"""
-    save_model: bool = False
-    """whether to save the model into `runs/{run_name}` and evaluate it for 10 episodes"""
-    upload_model: bool = False
-    """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
-    hf_entity: str | None = None
-    """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
-    checkpoint_interval: int = 0
-    """environment steps between checkpoints written to `runs/{run_name}/checkpoint.pkl` (0 = off)"""
-    checkpoint_buffer: bool = False
-    """whether checkpoints also hold the replay buffer (1M HalfCheetah transitions take 170 MB).
-    Without it, a resumed run refills an empty buffer: it acts with its policy, without learning, for `--learning-starts` steps"""
-    resume: str | None = None
-    """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
-
     # Algorithm specific arguments
     env_id: str = "HalfCheetah-v4"
     """the id of the environment (Gymnasium, `dm_control/{domain}-{task}-v0`, or `module:EnvName-v0` for your own)"""
@@ -92,32 +61,49 @@ class Args:
     noise_clip: float = 0.5
     """noise clip parameter of the target policy smoothing regularization (times the action scale)"""
 
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the model into `runs/{run_name}` and evaluate it for 10 episodes"""
+    upload_model: bool = False
+    """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
+    hf_entity: str | None = None
+    """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
+    checkpoint_interval: int = 0
+    """environment steps between checkpoints in `runs/{run_name}/checkpoint.pt` (0 = off; needs cleanrl_utils)"""
+    checkpoint_buffer: bool = False
+    """whether checkpoints hold the replay buffer (1M HalfCheetah transitions: 170 MB); if not, a resumed run refills it"""
+    resume: str | None = None
+    """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
+
 
 def fail(message: str):
+    """Bad input ends with one line on stderr and exit code 2, before any heavy work."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
-def register_env(env_id):
-    """Make `env_id` known to gym.make: import a user's `module:EnvName-v0` module, and shimmy for dm_control tasks."""
-    module, _, registered_id = env_id.rpartition(":")
-    if module:
-        importlib.import_module(module)
-    if registered_id.startswith("dm_control/"):
-        import shimmy
-
-        gym.register_envs(shimmy)
-    return registered_id
-
-
 def make_env(env_id, idx, capture_video, run_name):
     def thunk():
-        register_env(env_id)
+        if env_id.startswith("dm_control/"):  # shimmy registers dm_control's tasks with Gymnasium
+            import shimmy
+
+            gym.register_envs(shimmy)
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array")
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
         else:
-            env = gym.make(env_id)
+            env = gym.make(env_id)  # a `module:EnvName-v0` id imports its module, which registers the env
         if isinstance(env.observation_space, gym.spaces.Dict):  # dm_control observes a dict of arrays
             env = gym.wrappers.FlattenObservation(env)
         return gym.wrappers.RecordEpisodeStatistics(env)
@@ -169,26 +155,14 @@ class TrainState(train_state.TrainState):
 
 
 def td3_target(
-    rewards,
-    terminations,
-    next_obs,
-    target_actor,
-    qf1_target,
-    qf2_target,
-    key,
-    gamma,
-    policy_noise,
-    noise_clip,
-    action_scale,
-    action_low,
-    action_high,
+    rewards, terminations, next_obs, target_actor, qf1_target, qf2_target, key, gamma, noise_std, noise_clip, scale, low, high
 ):
-    """r + gamma * min(Q1'(s', a'), Q2'(s', a')), no bootstrap where the episode terminated (a time-limit truncation
-    is stored as not terminated). Target policy smoothing: a' is the target actor's action plus Gaussian noise (drawn
-    with `key`) of std policy_noise clipped to +-noise_clip, both times the action scale, clipped to the env's bounds."""
+    """r + gamma * min(Q1'(s', a'), Q2'(s', a')), no bootstrap where the episode terminated (a truncation is stored as
+    not terminated). Target policy smoothing: a' is the target actor's action plus Gaussian noise (drawn with `key`) of
+    std noise_std (--policy-noise), clipped to +-noise_clip, both in units of the action scale, then clipped to the bounds [low, high]."""
     next_actions = target_actor(next_obs)
-    noise = jnp.clip(jax.random.normal(key, next_actions.shape) * policy_noise, -noise_clip, noise_clip) * action_scale
-    next_actions = jnp.clip(next_actions + noise, action_low, action_high)
+    noise = jnp.clip(jax.random.normal(key, next_actions.shape) * noise_std, -noise_clip, noise_clip) * scale
+    next_actions = jnp.clip(next_actions + noise, low, high)
     next_q = jnp.minimum(qf1_target(next_obs, next_actions), qf2_target(next_obs, next_actions))
     return rewards + gamma * (1.0 - terminations) * next_q
 
@@ -207,8 +181,7 @@ class ReplayBuffer:
 
     def __init__(self, buffer_size, obs_dim, action_dim):
         self.data = np.zeros((buffer_size, 2 * obs_dim + action_dim + 2), dtype=np.float32)
-        self.obs_dim, self.action_dim = obs_dim, action_dim
-        self.buffer_size, self.pos, self.full = buffer_size, 0, False
+        self.obs_dim, self.action_dim, self.buffer_size, self.pos, self.full = obs_dim, action_dim, buffer_size, 0, False
 
     def add(self, obs, next_obs, actions, rewards, terminations):
         n = len(obs)
@@ -228,7 +201,7 @@ class ReplayBuffer:
     def sample(self, batch_size):
         return self.data[np.random.randint(0, len(self), size=batch_size)]
 
-    def state_dict(self):
+    def state_dict(self):  # the filled rows only
         return {"data": self.data[: len(self)], "pos": self.pos, "full": self.full}
 
     def load_state_dict(self, state):
@@ -236,139 +209,123 @@ class ReplayBuffer:
         self.pos, self.full = state["pos"], state["full"]
 
 
-def mujoco_state(env):
-    """A MuJoCo env's physics state and RNG (None for other envs): it pickles as its constructor's arguments (EzPickle)."""
-    sim, mujoco = env.unwrapped, sys.modules.get("mujoco")
-    if mujoco is None or not isinstance(getattr(sim, "data", None), mujoco.MjData):
-        return None
-    state = np.empty(mujoco.mj_stateSize(sim.model, mujoco.mjtState.mjSTATE_INTEGRATION))
-    mujoco.mj_getState(sim.model, sim.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
-    return state, sim.np_random
-
-
-def pickle_envs(envs):
-    """The sub-environments mid-episode, or None where they cannot be pickled (a video recorder's renderer)."""
-    try:
-        return cloudpickle.dumps([(env, mujoco_state(env)) for env in envs.envs])
-    except (pickle.PicklingError, TypeError):
-        return None
-
-
-def unpickle_envs(blob):
-    envs = []
-    for env, state in pickle.loads(blob):
-        if state is not None:
-            import mujoco
-
-            mujoco.mj_setState(env.unwrapped.model, env.unwrapped.data, state[0], mujoco.mjtState.mjSTATE_INTEGRATION)
-            env.unwrapped.np_random = state[1]
-        envs.append(env)
-    return envs
-
-
-if __name__ == "__main__":
-    args = tyro.cli(Args)
-    checkpoint = None
-    if args.resume is not None:
-        checkpoint_path = os.path.join(args.resume, "checkpoint.pkl")
-        if not os.path.isfile(checkpoint_path):
-            fail(f"--resume {args.resume}: no checkpoint.pkl there (was the run started with --checkpoint-interval?)")
-        with open(checkpoint_path, "rb") as f:
-            checkpoint = pickle.load(f)
-        # the saved run's Args are the defaults; flags given now (e.g. a larger --total-timesteps) override them
-        args = tyro.cli(Args, default=Args(**checkpoint["args"]))
-
+def check_args(args):
+    """Every check of the flags, before heavy work: a bad input ends with one line naming the flag, exit code 2."""
     for flag in ["total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_frequency", "learning_rate"]:
         if not getattr(args, flag) > 0:  # `not >`: a NaN fails too
             fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     for flag in ["checkpoint_interval", "learning_starts", "policy_noise", "exploration_noise", "noise_clip"]:
         if not getattr(args, flag) >= 0:
             fail(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
+    if not 0 <= args.seed < 2**32:
+        fail(f"--seed must be in [0, 2**32) (numpy's seed range), got {args.seed}")
+    if args.learning_starts >= args.total_timesteps:
+        fail(f"--learning-starts {args.learning_starts} must be below --total-timesteps {args.total_timesteps}")
     if not 0.0 < args.tau <= 1.0:
         fail(f"--tau must be in (0, 1], got {args.tau}")
     if not 0.0 <= args.gamma <= 1.0:
         fail(f"--gamma must be in [0, 1], got {args.gamma}")
     if args.batch_size > args.buffer_size:
         fail(f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
+    if args.upload_model and not args.save_model:
+        fail("--upload-model uploads the model that --save-model saves: add --save-model")
     try:
-        registered_id = register_env(args.env_id)
-        env_spec = gym.spec(registered_id)
+        env = make_env(args.env_id, 0, False, "")()
     except (gym.error.Error, ImportError) as e:
         fail(f"--env-id {args.env_id}: {e}")
-    renders_mujoco = registered_id.startswith("dm_control/") or "mujoco" in str(env_spec.entry_point)
+    renders_mujoco = args.env_id.startswith("dm_control/") or "mujoco" in str(env.spec.entry_point)
     if args.capture_video and renders_mujoco and HEADLESS and "MUJOCO_GL" not in os.environ:
         fail(
             "--capture-video: MuJoCo renders without a display through EGL (Debian/Ubuntu: apt-get install libegl1 "
             "libegl-mesa0) or OSMesa (apt-get install libosmesa6, then set MUJOCO_GL=osmesa); neither was found"
         )
-    if args.upload_model:
-        if not args.save_model:
-            fail("--upload-model uploads the model that --save-model saves: add --save-model")
+    if not isinstance(env.action_space, gym.spaces.Box):
+        use = " (use dqn_jax.py or dqn.py)" if isinstance(env.action_space, gym.spaces.Discrete) else ""
+        fail(f"--env-id {args.env_id} has a {type(env.action_space).__name__} action space; td3 needs a Box one{use}")
+    if not (np.isfinite(env.action_space.low).all() and np.isfinite(env.action_space.high).all()):
+        fail(f"--env-id {args.env_id} has unbounded actions; the actor's tanh is rescaled onto them, so they must be finite")
+    if not isinstance(env.observation_space, gym.spaces.Box):
+        fail(
+            f"--env-id {args.env_id} has a {type(env.observation_space).__name__} observation space; td3's MLP needs a "
+            "Box one (wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)"
+        )
+    env.close()
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    checkpoint = None
+    if args.resume:  # the saved run's args under the flags given now; refuses (exit 2) what it cannot continue
+        from cleanrl_utils.run_state import load_checkpoint
+
+        args, checkpoint = load_checkpoint(Args, args, __file__)
+    check_args(args)
+    if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import check_upload
 
-        try:  # before training: a missing token must not cost a whole run
+        try:
             hf_repo_id = check_upload(args.hf_entity, args.env_id, args.exp_name, args.seed)
         except ValueError as e:
             fail(f"--upload-model: {e}")
-
+    num_iterations = args.total_timesteps // args.num_envs  # vector steps, one update each
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "args.json"), "w") as f:
+        json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
+    if args.track:
+        import wandb
 
-    # seeding: numpy draws the replay batches, the action space the warm-up's random actions, JAX's key the exploration
-    # noise and the target smoothing noise
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
+            resume="allow",
+            save_code=True,
+        )
+    # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
+    writer = SummaryWriter(run_dir, purge_step=checkpoint["global_step"] + 1 if checkpoint else None)
+    if not checkpoint:  # a resumed run keeps its first table
+        table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
+        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+    run_state = None
+    if args.checkpoint_interval or checkpoint:  # needs cleanrl_utils; a copied script trains without it
+        from cleanrl_utils.run_state import RunState
+
+        # made before JAX's seconds of setup: a SIGTERM from here on checkpoints after the first step (and exits 143)
+        run_state = RunState(run_dir, args, writer, checkpoint)
+
+    # TRY NOT TO MODIFY: seeding; numpy draws the replay batches, the action space the warm-up's random actions, JAX's
+    # key the exploration and target smoothing noise
     random.seed(args.seed)
     np.random.seed(args.seed)
     key = jax.random.PRNGKey(args.seed)
     device = jax.devices()[0].platform  # JAX picks its device itself: a GPU when jax[cuda] is installed and sees one
 
     # env setup: SAME_STEP autoreset returns the reset observation at once and the real last one in infos["final_obs"]
-    envs_restored = checkpoint is not None and checkpoint["envs"] is not None  # mid-episode, as they were saved
-    if envs_restored:
-        env_fns = [lambda env=env: env for env in unpickle_envs(checkpoint["envs"])]
-    else:
-        env_fns = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
-    envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    action_space = envs.single_action_space
-    if not isinstance(action_space, gym.spaces.Box):
-        discrete = isinstance(action_space, gym.spaces.Discrete)
-        space, hint = ("Discrete", " (use dqn_jax.py or dqn.py)") if discrete else (action_space, "")
-        fail(f"--env-id {args.env_id} has a {space} action space; td3_continuous_action_jax.py needs a Box one{hint}")
-    if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
-        why = "the actor's tanh is rescaled onto the action bounds, so they must be finite"
-        fail(f"--env-id {args.env_id} has unbounded actions ({action_space}); {why}")
-    if not isinstance(envs.single_observation_space, gym.spaces.Box):
-        space = type(envs.single_observation_space).__name__
-        fail(
-            f"--env-id {args.env_id} has a {space} observation space; td3_continuous_action_jax.py's MLP needs a Box one "
-            "(wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)"
-        )
-
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "args.json"), "w") as f:
-        json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
-
-    actor = rescaled_actor(Actor, action_space)
-    qf = QNetwork()  # qf1 and qf2: one network, two independent sets of parameters
-    obs_dim, action_dim = int(np.prod(envs.single_observation_space.shape)), int(np.prod(action_space.shape))
-    dummy_obs, dummy_actions = np.zeros((1, obs_dim), np.float32), np.zeros((1, action_dim), np.float32)
-
-    def create_train_states(key):
-        key, actor_key, qf1_key, qf2_key = jax.random.split(key, 4)
-        actor_params = actor.init(actor_key, dummy_obs)
-        qf_params = {"qf1": qf.init(qf1_key, dummy_obs, dummy_actions), "qf2": qf.init(qf2_key, dummy_obs, dummy_actions)}
-        adam = optax.adam(args.learning_rate)  # stateless: each TrainState keeps its own moments
-        actor_state = TrainState.create(apply_fn=actor.apply, params=actor_params, target_params=actor_params, tx=adam)
-        # one optimizer state over both critics, as their losses are summed
-        qf_state = TrainState.create(apply_fn=qf.apply, params=qf_params, target_params=qf_params, tx=adam)
-        return actor_state, qf_state, key
-
-    # one compiled call: run op by op, the initialization would compile each of its operations on its own
-    actor_state, qf_state, key = jax.jit(create_train_states)(key)
-    action_low = jnp.asarray(action_space.low.flatten(), dtype=jnp.float32)
-    action_high = jnp.asarray(action_space.high.flatten(), dtype=jnp.float32)
-
-    rb = ReplayBuffer(args.buffer_size, obs_dim, action_dim)
+    envs = gym.vector.SyncVectorEnv(
+        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
     envs.action_space.seed(args.seed)  # the random actions of the warm-up
+
+    # ALGO LOGIC: initialize agent here: the twin critics are one network with two independent sets of parameters
+    actor, qf = rescaled_actor(Actor, envs.single_action_space), QNetwork()
+    obs_dim, action_dim = (int(np.prod(space.shape)) for space in (envs.single_observation_space, envs.single_action_space))
+    dummy_obs, dummy_actions = np.zeros((1, obs_dim), np.float32), np.zeros((1, action_dim), np.float32)
+    key, actor_key, qf1_key, qf2_key = jax.random.split(key, 4)
+    actor_params = actor.init(actor_key, dummy_obs)
+    qf_params = {"qf1": qf.init(qf1_key, dummy_obs, dummy_actions), "qf2": qf.init(qf2_key, dummy_obs, dummy_actions)}
+    adam = optax.adam(args.learning_rate)  # stateless: each TrainState keeps its own moments
+    actor_state = TrainState.create(apply_fn=actor.apply, params=actor_params, target_params=actor_params, tx=adam)
+    # one optimizer state over both critics, as their losses are summed
+    qf_state = TrainState.create(apply_fn=qf.apply, params=qf_params, target_params=qf_params, tx=adam)
+    action_low = jnp.asarray(envs.single_action_space.low.flatten(), dtype=jnp.float32)
+    action_high = jnp.asarray(envs.single_action_space.high.flatten(), dtype=jnp.float32)
+    rb = ReplayBuffer(args.buffer_size, obs_dim, action_dim)
 
     @jax.jit
     def act(actor_params, obs, key):
@@ -418,94 +375,51 @@ if __name__ == "__main__":
         # delayed policy update
         actor_state, qf_state, actor_loss = jax.lax.cond(update_actor, actor_and_targets_step, no_step, actor_state, qf_state)
         metrics = {"qf1_values": qf1_values, "qf2_values": qf2_values, "qf1_loss": qf1_loss, "qf2_loss": qf2_loss}
-        metrics.update(qf_loss=qf_loss / 2.0, actor_loss=actor_loss)
-        return actor_state, qf_state, key, metrics
+        return actor_state, qf_state, key, metrics | {"qf_loss": qf_loss / 2.0, "actor_loss": actor_loss}
 
-    num_iterations = args.total_timesteps // args.num_envs  # vector steps
-    global_step, start_iteration, wandb_run_id = 0, 1, None
-    # updates start after this many steps: learning_starts, or as many again after a resume without the buffer
-    updates_start = args.learning_starts
-    if checkpoint is not None:
-        actor_state = flax.serialization.from_state_dict(actor_state, checkpoint["actor_state"])
-        qf_state = flax.serialization.from_state_dict(qf_state, checkpoint["qf_state"])
-        key = jnp.asarray(checkpoint["key"])
-        global_step, start_iteration = checkpoint["global_step"], checkpoint["iteration"] + 1
-        if checkpoint["replay_buffer"] is not None:
-            if (saved_size := checkpoint["args"]["buffer_size"]) != args.buffer_size:
-                fail(f"--buffer-size {args.buffer_size}: the checkpoint's replay buffer has size {saved_size}; keep it")
-            rb.load_state_dict(checkpoint["replay_buffer"])
-            updates_start = checkpoint["updates_start"]
-        else:
-            updates_start = global_step + args.learning_starts
-            message = "the checkpoint holds no replay buffer (--checkpoint-buffer was off): refilling it with the policy"
-            print(f"{message} for {args.learning_starts} steps, learning again after step {updates_start}", file=sys.stderr)
-        random.setstate(checkpoint["rng"]["python"])
-        np.random.set_state(checkpoint["rng"]["numpy"])
-        envs.action_space.np_random.bit_generator.state = checkpoint["rng"]["action_space"]
-        wandb_run_id = checkpoint["wandb_run_id"]
-    if checkpoint is not None and not envs_restored:
-        print("warning: the checkpoint holds no env state (it could not be pickled); starting new episodes", file=sys.stderr)
-    obs = checkpoint["obs"] if envs_restored else envs.reset(seed=args.seed + global_step)[0]
+    global_step = 0
+    updates_start = args.learning_starts  # learning starts after this step (later after a resume without the buffer)
+    obs, _ = envs.reset(seed=args.seed)
 
-    if args.track:
-        import wandb
+    def checkpoint_state():  # what a checkpoint holds; flax's states as numpy state dicts, loadable without this script
+        actor_dict, qf_dict = (jax.device_get(flax.serialization.to_state_dict(state)) for state in (actor_state, qf_state))
+        rng = dict(key=jax.device_get(key), action_space_rng=envs.action_space.np_random)  # the warm-up's random actions
+        learner = dict(actor_state=actor_dict, qf_state=qf_dict, rb=rb if args.checkpoint_buffer else None, **rng)
+        return learner | dict(envs=envs, obs=obs, updates_start=updates_start, global_step=global_step)
 
-        tracking = {"project": args.wandb_project_name, "entity": args.wandb_entity, "name": run_name, "config": vars(args)}
-        # id=None starts a new W&B run; a resumed run appends to its own
-        wandb_run_id = wandb.init(**tracking, id=wandb_run_id, resume="allow", sync_tensorboard=True, save_code=True).id
-    # on resume, purge_step hides whatever the killed run logged after its last checkpoint: no step repeats
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
-    if checkpoint is None:
-        table = "\n".join(f"|{name}|{value}|" for name, value in vars(args).items())
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + table)
+    if checkpoint:
+        saved = run_state.restore(checkpoint_state())
+        actor_state = flax.serialization.from_state_dict(actor_state, saved["actor_state"])
+        qf_state = flax.serialization.from_state_dict(qf_state, saved["qf_state"])
+        key, obs = jnp.asarray(saved["key"]), saved["obs"]
+        global_step, updates_start = saved["global_step"], saved["updates_start"]
+        if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new episodes
+            obs, _ = envs.reset(seed=args.seed + global_step)
+    if checkpoint and not args.checkpoint_buffer:  # an empty buffer: act with the policy, without learning, to refill it
+        updates_start = global_step + args.learning_starts
+        message = "the checkpoint holds no replay buffer (--checkpoint-buffer was off): refilling it with the policy"
+        print(f"{message} for {args.learning_starts} steps, learning again after step {updates_start}", file=sys.stderr)
 
-    def save_checkpoint(iteration):
-        action_space_rng = envs.action_space.np_random.bit_generator  # the warm-up's random actions
-        state = {
-            "args": asdict(args),
-            "run_name": run_name,
-            "iteration": iteration,
-            "global_step": global_step,
-            "updates_start": updates_start,
-            # flax's state dicts (nested dicts of numpy arrays) and plain counters: the checkpoint loads without this script
-            "actor_state": jax.device_get(flax.serialization.to_state_dict(actor_state)),
-            "qf_state": jax.device_get(flax.serialization.to_state_dict(qf_state)),
-            "key": jax.device_get(key),
-            "replay_buffer": rb.state_dict() if args.checkpoint_buffer else None,
-            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "action_space": action_space_rng.state},
-            "envs": pickle_envs(envs),
-            "obs": obs,
-            "wandb_run_id": wandb_run_id,
-        }
-        path = os.path.join(run_dir, "checkpoint.pkl")
-        with open(f"{path}.tmp", "wb") as f:  # then a rename: a resumed run never reads a half-written checkpoint
-            pickle.dump(state, f)
-        os.replace(f"{path}.tmp", path)
-
-    # Slurm and spot instances send SIGTERM before killing: finish the step, checkpoint, exit non-zero
-    stop_requested = threading.Event()
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.set())
-
-    recent_returns = deque(maxlen=20)
-    on_terminal = sys.stdout.isatty()
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    columns = [BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"), TimeRemainingColumn()]
-    progress = Progress(TextColumn("[bold]{task.description}"), *columns, disable=not on_terminal)  # a no-op off a terminal
+    progress = Progress(*Progress.get_default_columns(), "{task.fields[stats]}", disable=not sys.stdout.isatty())
     progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
     progress.start()
-    report_every = max(1, num_iterations // 20)
-    start_time, start_step = time.time(), global_step
-    actor_loss = None
+    recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
+    report_every, actor_loss = max(1, num_iterations // 20), None
 
-    for iteration in range(start_iteration, num_iterations + 1):
+    for iteration in range(global_step // args.num_envs + 1, num_iterations + 1):
         global_step += args.num_envs
+        # ALGO LOGIC: put action logic here
         if global_step <= args.learning_starts:
             actions = envs.action_space.sample()
         else:
             actions, key = act(actor_state.params, np.asarray(obs, dtype=np.float32), key)
             actions = np.asarray(actions).reshape(envs.action_space.shape)
-        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
 
+        # TRY NOT TO MODIFY: execute the game and log data.
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        if not np.isfinite(rewards).all():
+            sys.exit(f"error: the environment returned a non-finite reward at step {global_step}; stopping")
         if "final_info" in infos:
             for i in np.flatnonzero(infos["final_info"]["_episode"]):
                 episodic_return = float(infos["final_info"]["episode"]["r"][i])
@@ -517,6 +431,7 @@ if __name__ == "__main__":
         rb.add(obs, real_next_observations(next_obs, infos), actions, rewards, terminations)
         obs = next_obs
 
+        # ALGO LOGIC: training.
         if global_step > updates_start:
             update_actor = iteration % args.policy_frequency == 0
             actor_state, qf_state, key, metrics = update(actor_state, qf_state, rb.sample(args.batch_size), key, update_actor)
@@ -524,32 +439,31 @@ if __name__ == "__main__":
                 actor_loss = metrics["actor_loss"]
 
             if iteration % 100 == 0:  # float() waits for the computation: only when logging
-                for name in ["qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss"]:
-                    writer.add_scalar(f"losses/{name}", float(metrics[name]), global_step)
-                if actor_loss is not None:
-                    writer.add_scalar("losses/actor_loss", float(actor_loss), global_step)
+                losses = {
+                    name: float(metrics[name]) for name in ["qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss"]
+                }
+                losses |= {"actor_loss": float(actor_loss)} if actor_loss is not None else {}
+                if not np.isfinite(list(losses.values())).all():
+                    sys.exit(f"error: the loss turned non-finite at step {global_step}; stopping (no model saved)")
+                for name, value in losses.items():
+                    writer.add_scalar(f"losses/{name}", value, global_step)
                 writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
 
-        if iteration % report_every == 0 or iteration == num_iterations:
+        # a bar update costs more than a vector step: every 100 of them, and the plain lines every 5%
+        if iteration % 100 == 0 or iteration % report_every == 0 or iteration == num_iterations:
             sps = int((global_step - start_step) / (time.time() - start_time))
-            recent = f"return {np.mean(recent_returns):.1f}" if recent_returns else "return -"
-            progress.update(progress_task, completed=global_step, stats=f"{sps} SPS, {recent}")
-            if not on_terminal:
-                print(f"step {global_step}/{num_iterations * args.num_envs}, {sps} SPS, {recent}", flush=True)
-        elif iteration % 100 == 0:
-            progress.update(progress_task, completed=global_step)
-
-        interval = args.checkpoint_interval
-        if (interval and global_step // interval > (global_step - args.num_envs) // interval) or stop_requested.is_set():
-            save_checkpoint(iteration)
-        if stop_requested.is_set():
-            progress.stop()
-            print(f"SIGTERM at step {global_step}: checkpoint written; continue with --resume {run_dir}", file=sys.stderr)
-            envs.close()
-            writer.close()
-            sys.exit(128 + signal.SIGTERM)
+            stats = f"{sps} SPS, return {np.mean(recent_returns):.1f}" if recent_returns else f"{sps} SPS"
+            progress.update(progress_task, completed=global_step, stats=stats)
+            if progress.disable and (iteration % report_every == 0 or iteration == num_iterations):
+                print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
+        if run_state:
+            run_state.step(global_step, checkpoint_state)
 
     progress.stop()
+    if actor_loss is not None and not np.isfinite([float(metrics["qf_loss"]), float(actor_loss)]).all():
+        sys.exit(f"error: the loss turned non-finite at step {global_step}; stopping (no model saved)")
+    if run_state:
+        run_state.finish(global_step, checkpoint_state)
 
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
@@ -559,14 +473,12 @@ if __name__ == "__main__":
         print(f"model saved to {model_path}")
         from cleanrl_utils.evals.ddpg_jax_eval import evaluate
 
-        # 10 episodes of the deterministic policy, on seeds apart from training's
         episodic_returns = evaluate(
             model_path, make_env, args.env_id, 10, f"{run_name}-eval", Actor, args.capture_video, args.seed + 100_000
         )
         for idx, episodic_return in enumerate(episodic_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        mean, std = np.mean(episodic_returns), np.std(episodic_returns)
-        print(f"evaluation over {len(episodic_returns)} episodes: {mean:.1f} +- {std:.1f}")
+        print(f"evaluation over 10 episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
 
     envs.close()
     writer.close()
