@@ -276,11 +276,7 @@ class RunState:
         the path and the cause, keeps the previous checkpoint and removes the temporary file."""
         stored = {key: _stored(part) for key, part in state.items()}
         if _holds_nan(stored):
-            print(
-                f"error: the state turned NaN by step {global_step}; no checkpoint written, the last good one "
-                f"(step {self.saved_step}) is kept",
-                file=sys.stderr,
-            )
+            print(f"error: the state turned NaN by step {global_step}; no checkpoint written, {self._kept()}", file=sys.stderr)
             sys.exit(1)
         checkpoint = {
             "format": FORMAT,
