@@ -1,6 +1,6 @@
 """Publish a trained model on the Hugging Face Hub, with what it takes to trust and reproduce it.
 
-The scripts call this for `--save-model --upload-model`: `check_upload` before training (so a missing token fails in
+The scripts call this for `--save-model --upload-model`: `upload_repo_id` before training (so a missing token fails in
 the first second, not after hours), `package_run` + `push` after the evaluation. The repository gets
 
     {exp_name}.cleanrl_model   the model file the script saved
@@ -36,6 +36,16 @@ def repo_name(env_id: str, exp_name: str, seed: int) -> str:
     """`CartPole-v1-ppo-seed1`; env ids such as `dm_control/cheetah-run-v0` or `module:Env-v0` hold characters a
     repository name cannot."""
     return f"{env_id}-{exp_name}-seed{seed}".replace("/", "-").replace(":", "-")
+
+
+def upload_repo_id(args) -> str:
+    """What a script's `--upload-model` checks before training (a missing token must not cost a whole run): the
+    repository id the upload will use, or one line on stderr saying how to make it possible, and exit code 2."""
+    try:
+        return check_upload(args.hf_entity, args.env_id, args.exp_name, args.seed)
+    except ValueError as e:
+        print(f"error: --upload-model: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 def check_upload(hf_entity: str | None, env_id: str, exp_name: str, seed: int) -> str:
