@@ -5,28 +5,23 @@ import glob
 import importlib
 import json
 import os
-import pickle
 import random
 import shlex
-import signal
 import sys
-import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
 import tyro
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import Progress
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
 
-# MuJoCo renders videos through OpenGL, and reads MUJOCO_GL once, when it is first imported. Without a display,
-# EGL renders off-screen (Debian/Ubuntu packages libegl1 and libegl-mesa0); a MUJOCO_GL of your own always wins
+# MuJoCo reads MUJOCO_GL once, on import: without a display, videos render off-screen through EGL (yours always wins)
 HEADLESS = sys.platform.startswith("linux") and not os.environ.get("DISPLAY")
 if HEADLESS and "MUJOCO_GL" not in os.environ and ctypes.util.find_library("EGL"):
     os.environ["MUJOCO_GL"] = "egl"
@@ -34,36 +29,6 @@ if HEADLESS and "MUJOCO_GL" not in os.environ and ctypes.util.find_library("EGL"
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment"""
-    seed: int = 1
-    """seed of the experiment"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, cuda will be used when available"""
-    track: bool = False
-    """if toggled, this experiment will be tracked with Weights and Biases"""
-    wandb_project_name: str = "cleanRL"
-    """the wandb's project name"""
-    wandb_entity: str | None = None
-    """the entity (team) of wandb's project"""
-    capture_video: bool = False
-    """whether to capture videos of the agent performances (check out `videos` folder)"""
-    save_model: bool = False
-    """whether to save the model into `runs/{run_name}` and evaluate it for 10 episodes"""
-    upload_model: bool = False
-    """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
-    hf_entity: str | None = None
-    """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
-    checkpoint_interval: int = 0
-    """environment steps between checkpoints written to `runs/{run_name}/checkpoint.pt` (0 = off)"""
-    checkpoint_buffer: bool = False
-    """whether checkpoints also hold the replay buffer (1M HalfCheetah transitions take 170 MB).
-    Without it, a resumed run refills an empty buffer: it acts with its policy, without learning, for `--learning-starts` steps"""
-    resume: str | None = None
-    """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
-
     # Algorithm specific arguments
     env_id: str = "HalfCheetah-v4"
     """the id of the environment (Gymnasium, `dm_control/{domain}-{task}-v0`, or `module:EnvName-v0` for your own)"""
@@ -88,6 +53,35 @@ class Args:
     policy_frequency: int = 2
     """the frequency of training policy (delayed), and of the target networks' updates"""
 
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the model into `runs/{run_name}` and evaluate it for 10 episodes"""
+    upload_model: bool = False
+    """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
+    hf_entity: str | None = None
+    """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
+    checkpoint_interval: int = 0
+    """environment steps between checkpoints in `runs/{run_name}/checkpoint.pt` (0 = off; needs cleanrl_utils)"""
+    checkpoint_buffer: bool = False
+    """whether checkpoints hold the replay buffer (1M HalfCheetah transitions: 170 MB); else a resumed run refills it"""
+    resume: str | None = None
+    """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
+
 
 def fail(message: str):
     """Bad input ends with one line on stderr and exit code 2, before any heavy work."""
@@ -95,25 +89,14 @@ def fail(message: str):
     sys.exit(2)
 
 
-def register_env(env_id):
-    """Make `env_id` known to gym.make: a user's `module:EnvName-v0` registers itself when its module is imported,
-    shimmy registers the DeepMind Control tasks (imported only when asked for)."""
-    module, _, registered_id = env_id.rpartition(":")
-    if module:
-        importlib.import_module(module)
-    if registered_id.startswith("dm_control/"):
-        # dm_control's display loads Mesa's LLVM on import; the process crashes if Triton (loaded by torch's compiler
-        # with the first optimizer) brings its own LLVM after it, so torch's compiler is loaded first
-        importlib.import_module("torch._dynamo")
-        import shimmy
-
-        gym.register_envs(shimmy)
-    return registered_id
-
-
 def make_env(env_id, idx, capture_video, run_name):
     def thunk():
-        register_env(env_id)
+        if env_id.startswith("dm_control/"):  # Shimmy registers the DeepMind Control tasks, imported only when asked for
+            # dm_control loads Mesa's LLVM on import: torch's compiler first, or Triton's own LLVM crashes the process later
+            importlib.import_module("torch._dynamo")
+            import shimmy
+
+            gym.register_envs(shimmy)
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array")
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
@@ -126,6 +109,7 @@ def make_env(env_id, idx, capture_video, run_name):
     return thunk
 
 
+# ALGO LOGIC: initialize agent here:
 class QNetwork(nn.Module):
     def __init__(self, envs):
         super().__init__()
@@ -165,8 +149,7 @@ def ddpg_target(rewards, terminations, next_obs, target_actor, qf1_target, gamma
 
 
 def real_next_observations(next_obs, infos):
-    """Where an episode ended, next_obs is already the next episode's first observation: the transition's real
-    next observation is in infos["final_obs"]."""
+    """Where an episode ended, next_obs is already the next one's first observation; the real one is infos["final_obs"]."""
     real_next_obs = next_obs.copy()
     if "final_obs" in infos:
         ended = infos["_final_obs"]
@@ -175,13 +158,11 @@ def real_next_observations(next_obs, infos):
 
 
 class ReplayBuffer:
-    """A ring buffer of transitions, each one row [obs, action, real next obs, reward, terminated] of a preallocated
-    float32 array: cheap to add to every step, and a batch is one fancy index and one torch.from_numpy."""
+    """Transitions as rows [obs, action, real next obs, reward, terminated] of one float32 ring array: a batch is one copy."""
 
     def __init__(self, buffer_size, obs_dim, action_dim):
         self.data = np.zeros((buffer_size, 2 * obs_dim + action_dim + 2), dtype=np.float32)
-        self.obs_dim, self.action_dim = obs_dim, action_dim
-        self.buffer_size, self.pos, self.full = buffer_size, 0, False
+        self.obs_dim, self.action_dim, self.buffer_size, self.pos, self.full = obs_dim, action_dim, buffer_size, 0, False
 
     def add(self, obs, next_obs, actions, rewards, terminations):
         n = len(obs)  # one transition per environment
@@ -193,16 +174,14 @@ class ReplayBuffer:
     def __len__(self):
         return self.buffer_size if self.full else self.pos
 
-    def fields(self, rows):
-        """obs, actions, next_obs, rewards, terminations: views of the columns of `rows`."""
+    def fields(self, rows):  # obs, actions, next_obs, rewards, terminations: views of the columns of `rows`
         o, a = self.obs_dim, self.action_dim
         return rows[:, :o], rows[:, o : o + a], rows[:, o + a : 2 * o + a], rows[:, -2], rows[:, -1]
 
     def sample(self, batch_size, device):
-        rows = torch.from_numpy(self.data[np.random.randint(0, len(self), size=batch_size)]).to(device)
-        return self.fields(rows)
+        return self.fields(torch.from_numpy(self.data[np.random.randint(0, len(self), size=batch_size)]).to(device))
 
-    def state_dict(self):
+    def state_dict(self):  # the filled rows only, as plain arrays: a checkpoint loads without this script
         return {"data": self.data[: len(self)], "pos": self.pos, "full": self.full}
 
     def load_state_dict(self, state):
@@ -210,241 +189,157 @@ class ReplayBuffer:
         self.pos, self.full = state["pos"], state["full"]
 
 
-def mujoco_state(env):
-    """The physics state and RNG of a Gymnasium MuJoCo env (None for other envs): those envs pickle as their
-    constructor's arguments (EzPickle), so unpickling alone would restart the simulation."""
-    sim, mujoco = env.unwrapped, sys.modules.get("mujoco")
-    if mujoco is None or not isinstance(getattr(sim, "data", None), mujoco.MjData):
-        return None
-    state = np.empty(mujoco.mj_stateSize(sim.model, mujoco.mjtState.mjSTATE_INTEGRATION))
-    mujoco.mj_getState(sim.model, sim.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
-    return state, sim.np_random
-
-
-def pickle_envs(envs):
-    """The sub-environments with their RNGs, time limits, episode statistics and MuJoCo physics; None where they
-    cannot be pickled (e.g. a renderer's window handle while recording video)."""
-    try:
-        return cloudpickle.dumps([(env, mujoco_state(env)) for env in envs.envs])
-    except (pickle.PicklingError, TypeError):
-        return None
-
-
-def unpickle_envs(blob):
-    envs = []
-    for env, state in pickle.loads(blob):
-        if state is not None:  # a MuJoCo env: restore its physics and RNG
-            import mujoco
-
-            mujoco.mj_setState(env.unwrapped.model, env.unwrapped.data, state[0], mujoco.mjtState.mjSTATE_INTEGRATION)
-            env.unwrapped.np_random = state[1]
-        envs.append(env)
-    return envs
-
-
-if __name__ == "__main__":
-    args = tyro.cli(Args)
-    checkpoint = None
-    if args.resume is not None:
-        checkpoint_path = os.path.join(args.resume, "checkpoint.pt")
-        if not os.path.isfile(checkpoint_path):
-            fail(f"--resume {args.resume}: no checkpoint.pt there (was the run started with --checkpoint-interval?)")
-        checkpoint = torch.load(checkpoint_path, weights_only=False)
-        # the saved run's Args are the defaults; flags given now (e.g. a larger --total-timesteps) override them
-        args = tyro.cli(Args, default=Args(**checkpoint["args"]))
-
+def check_args(args):
+    """Every check of the flags, before heavy work: a bad input ends with one line naming the flag, exit code 2."""
     for flag in ["total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_frequency", "learning_rate"]:
         if not getattr(args, flag) > 0:
             fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     for flag in ["checkpoint_interval", "learning_starts", "exploration_noise"]:
         if not getattr(args, flag) >= 0:
             fail(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
+    if not 0 <= args.seed < 2**32:
+        fail(f"--seed must be in [0, 2**32) (numpy's seed range), got {args.seed}")
+    if args.learning_starts >= args.total_timesteps:
+        fail(f"--learning-starts {args.learning_starts} must be below --total-timesteps {args.total_timesteps}")
     if not 0.0 < args.tau <= 1.0:
         fail(f"--tau must be in (0, 1], got {args.tau}")
     if not 0.0 <= args.gamma <= 1.0:
         fail(f"--gamma must be in [0, 1], got {args.gamma}")
     if args.batch_size > args.buffer_size:
         fail(f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
+    if args.upload_model and not args.save_model:
+        fail("--upload-model uploads the model that --save-model saves: add --save-model")
     try:
-        registered_id = register_env(args.env_id)
-        env_spec = gym.spec(registered_id)
+        env = make_env(args.env_id, 0, False, "")()
     except (gym.error.Error, ImportError) as e:
         fail(f"--env-id {args.env_id}: {e}")
-    renders_mujoco = registered_id.startswith("dm_control/") or "mujoco" in str(env_spec.entry_point)
+    renders_mujoco = env.spec.id.startswith("dm_control/") or "mujoco" in str(env.spec.entry_point)
     if args.capture_video and renders_mujoco and HEADLESS and "MUJOCO_GL" not in os.environ:
-        fail(
-            "--capture-video: MuJoCo renders without a display through EGL (Debian/Ubuntu: apt-get install libegl1 "
-            "libegl-mesa0) or OSMesa (apt-get install libosmesa6, then set MUJOCO_GL=osmesa); neither was found"
-        )
-    if args.upload_model:
-        if not args.save_model:
-            fail("--upload-model uploads the model that --save-model saves: add --save-model")
+        fail("--capture-video: no display, and no EGL to render MuJoCo (apt-get install libegl1 libegl-mesa0)")
+    space = env.action_space
+    if not isinstance(space, gym.spaces.Box):
+        fail(f"--env-id {args.env_id} has a {type(space).__name__} action space; ddpg needs a Box one (or use dqn.py)")
+    if not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+        fail(f"--env-id {args.env_id} has unbounded actions; the actor's tanh is rescaled onto them: they must be finite")
+    if not isinstance(env.observation_space, gym.spaces.Box):
+        fail(f"--env-id {args.env_id} has a {type(env.observation_space).__name__} observation space; ddpg needs a Box one")
+    env.close()
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    checkpoint = None
+    if args.resume:  # the saved run's args under the flags given now; refuses (exit 2) what it cannot continue
+        from cleanrl_utils.run_state import load_checkpoint
+
+        args, checkpoint = load_checkpoint(Args, args, __file__)
+    check_args(args)
+    if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import check_upload
 
-        try:  # before training: a missing token must not cost a whole run
+        try:
             hf_repo_id = check_upload(args.hf_entity, args.env_id, args.exp_name, args.seed)
         except ValueError as e:
             fail(f"--upload-model: {e}")
-
+    num_iterations = args.total_timesteps // args.num_envs  # vector steps
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
-
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    # torch uses every core: 256x256 layers at batch 256 split well (a SAC update took 6.8 ms on 2 threads, 10.8 ms on
-    # 1 here); runs sharing the cores must divide them (OMP_NUM_THREADS, as cleanrl_utils/benchmark.py sets it)
-
-    # env setup: SAME_STEP autoreset returns the reset observation at once and the real last one in infos["final_obs"]
-    if checkpoint is not None and checkpoint["envs"] is not None:
-        env_fns = [lambda env=env: env for env in unpickle_envs(checkpoint["envs"])]
-    else:
-        env_fns = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
-    envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    action_space = envs.single_action_space
-    if isinstance(action_space, gym.spaces.Discrete):
-        fail(f"--env-id {args.env_id} has a Discrete action space; ddpg_continuous_action.py needs a Box one (use dqn.py)")
-    if not isinstance(action_space, gym.spaces.Box):
-        fail(f"--env-id {args.env_id} has a {action_space} action space; ddpg_continuous_action.py needs a Box one")
-    if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
-        fail(
-            f"--env-id {args.env_id} has unbounded actions ({action_space}); the actor's tanh is rescaled onto the "
-            "action bounds, so they must be finite"
-        )
-    if not isinstance(envs.single_observation_space, gym.spaces.Box):
-        fail(
-            f"--env-id {args.env_id} has a {type(envs.single_observation_space).__name__} observation space; "
-            "ddpg_continuous_action.py's MLP needs a Box one (wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)"
-        )
-
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "args.json"), "w") as f:
         json.dump({"script": os.path.basename(__file__), "run_name": run_name, "args": asdict(args)}, f, indent=2)
-
-    actor = Actor(envs).to(device)
-    qf1 = QNetwork(envs).to(device)
-    target_actor = Actor(envs).to(device)
-    qf1_target = QNetwork(envs).to(device)
-    target_actor.load_state_dict(actor.state_dict())
-    qf1_target.load_state_dict(qf1.state_dict())
-    # fused: one kernel per step instead of a dozen small ops per parameter tensor
-    q_optimizer = optim.Adam(list(qf1.parameters()), lr=args.learning_rate, fused=True)
-    actor_optimizer = optim.Adam(list(actor.parameters()), lr=args.learning_rate, fused=True)
-    online_params = list(actor.parameters()) + list(qf1.parameters())
-    target_params = list(target_actor.parameters()) + list(qf1_target.parameters())
-    action_low = torch.as_tensor(action_space.low.flatten(), dtype=torch.float32, device=device)
-    action_high = torch.as_tensor(action_space.high.flatten(), dtype=torch.float32, device=device)
-
-    rb = ReplayBuffer(args.buffer_size, int(np.prod(envs.single_observation_space.shape)), int(np.prod(action_space.shape)))
-    envs.action_space.seed(args.seed)  # the random actions of the warm-up
-
-    learner = {"actor": actor, "target_actor": target_actor, "qf1": qf1, "qf1_target": qf1_target}  # checkpointed, by key
-    learner |= {"q_optimizer": q_optimizer, "actor_optimizer": actor_optimizer}
-    num_iterations = args.total_timesteps // args.num_envs  # vector steps
-    global_step, start_iteration = 0, 1
-    updates_start = args.learning_starts  # learning starts after this step (later after a resume without the buffer)
-    if checkpoint is None:
-        obs, _ = envs.reset(seed=args.seed)
-    else:
-        for key, part in learner.items():
-            part.load_state_dict(checkpoint[key])
-        global_step, start_iteration = checkpoint["global_step"], checkpoint["iteration"] + 1
-        if checkpoint["replay_buffer"] is not None:
-            if (saved_size := checkpoint["args"]["buffer_size"]) != args.buffer_size:
-                fail(f"--buffer-size {args.buffer_size}: the checkpoint's replay buffer has size {saved_size}; keep it")
-            rb.load_state_dict(checkpoint["replay_buffer"])
-            updates_start = checkpoint["updates_start"]
-        else:
-            updates_start = global_step + args.learning_starts
-            print(
-                f"the checkpoint holds no replay buffer (--checkpoint-buffer was off): refilling it with the policy "
-                f"for {args.learning_starts} steps, learning again after step {updates_start}",
-                file=sys.stderr,
-            )
-        random.setstate(checkpoint["rng"]["python"])
-        np.random.set_state(checkpoint["rng"]["numpy"])
-        torch.set_rng_state(checkpoint["rng"]["torch"])
-        if device.type == "cuda" and checkpoint["rng"]["cuda"] is not None:
-            torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
-        envs.action_space.np_random.bit_generator.state = checkpoint["rng"]["action_space"]
-        if checkpoint["envs"] is not None:
-            obs = checkpoint["obs"]
-        else:
-            print(
-                "warning: the checkpoint holds no env state (it could not be pickled); starting new episodes", file=sys.stderr
-            )
-            obs, _ = envs.reset(seed=args.seed + global_step)
-
-    wandb_run_id = checkpoint["wandb_run_id"] if checkpoint else None
     if args.track:
         import wandb
 
-        wandb_run = wandb.init(
+        wandb.init(
             project=args.wandb_project_name,
             entity=args.wandb_entity,
             sync_tensorboard=True,
             config=vars(args),
             name=run_name,
-            id=wandb_run_id,  # None starts a new W&B run; a resumed run appends to its own
+            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
             resume="allow",
             save_code=True,
         )
-        wandb_run_id = wandb_run.id
-    # on resume, purge_step hides whatever the killed run logged after its last checkpoint: no step repeats
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint is not None else None)
-    if checkpoint is None:
+    # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
+    writer = SummaryWriter(run_dir, purge_step=checkpoint["global_step"] + 1 if checkpoint else None)
+    if not checkpoint:  # a resumed run keeps its first table
         table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + table)
+        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
 
-    def save_checkpoint(iteration):
-        rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-        rng["cuda"] = torch.cuda.get_rng_state_all() if device.type == "cuda" else None
-        rng["action_space"] = envs.action_space.np_random.bit_generator.state
-        state = {
-            "args": asdict(args),
-            "run_name": run_name,
-            "iteration": iteration,
-            "global_step": global_step,
-            "updates_start": updates_start,
-            **{key: part.state_dict() for key, part in learner.items()},
-            "replay_buffer": rb.state_dict() if args.checkpoint_buffer else None,  # plain arrays: loads without this script
-            "rng": rng,
-            "envs": pickle_envs(envs),
-            "obs": obs,
-            "wandb_run_id": wandb_run_id,
-        }
-        path = os.path.join(run_dir, "checkpoint.pt")
-        torch.save(state, f"{path}.tmp")
-        os.replace(f"{path}.tmp", path)  # atomic: a reader (or a resumed run) never sees a half-written checkpoint
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
-    # Slurm and spot instances send SIGTERM before killing: finish the step, checkpoint, exit non-zero
-    stop_requested = threading.Event()
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.set())
+    # env setup: SAME_STEP autoreset returns the reset observation at once and the real last one in infos["final_obs"]
+    envs = gym.vector.SyncVectorEnv(
+        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    actor, qf1 = Actor(envs).to(device), QNetwork(envs).to(device)
+    target_actor, qf1_target = Actor(envs).to(device), QNetwork(envs).to(device)
+    target_actor.load_state_dict(actor.state_dict())
+    qf1_target.load_state_dict(qf1.state_dict())
+    q_optimizer = optim.Adam(list(qf1.parameters()), lr=args.learning_rate, fused=True)
+    actor_optimizer = optim.Adam(list(actor.parameters()), lr=args.learning_rate, fused=True)  # fused: one kernel a step
+    online_params = [*actor.parameters(), *qf1.parameters()]
+    target_params = [*target_actor.parameters(), *qf1_target.parameters()]
+    action_low = torch.as_tensor(envs.single_action_space.low.flatten(), dtype=torch.float32, device=device)
+    action_high = torch.as_tensor(envs.single_action_space.high.flatten(), dtype=torch.float32, device=device)
+    obs_dim, action_dim = (int(np.prod(space.shape)) for space in (envs.single_observation_space, envs.single_action_space))
+    rb = ReplayBuffer(args.buffer_size, obs_dim, action_dim)
+    envs.action_space.seed(args.seed)  # the random actions of the warm-up
+    global_step, updates_start = 0, args.learning_starts  # a resume without the buffer learns again later
+    obs, _ = envs.reset(seed=args.seed)
 
-    recent_returns = deque(maxlen=20)
-    on_terminal = sys.stdout.isatty()
+    learner = dict(actor=actor, target_actor=target_actor, qf1=qf1, qf1_target=qf1_target)
+    learner |= dict(q_optimizer=q_optimizer, actor_optimizer=actor_optimizer)
+
+    def checkpoint_state():  # what a checkpoint holds: the learner, the loop's values and (--checkpoint-buffer) the buffer
+        loop = dict(envs=envs, obs=obs, global_step=global_step, updates_start=updates_start)
+        return dict(learner, action_space_rng=envs.action_space.np_random, rb=rb if args.checkpoint_buffer else None, **loop)
+
+    run_state = None
+    if args.checkpoint_interval or checkpoint:  # needs cleanrl_utils; a copied script trains without it
+        from cleanrl_utils.run_state import RunState
+
+        run_state = RunState(run_dir, args, writer, checkpoint)
+        if checkpoint:
+            saved = run_state.restore(checkpoint_state())
+            global_step, obs, updates_start = saved["global_step"], saved["obs"], saved["updates_start"]
+            if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new episodes
+                obs, _ = envs.reset(seed=args.seed + global_step)
+
+    if checkpoint and not args.checkpoint_buffer:  # an empty buffer: act with the policy, without learning, to refill it
+        updates_start = global_step + args.learning_starts
+        message = "the checkpoint holds no replay buffer (--checkpoint-buffer was off): refilling it with the policy"
+        print(f"{message} for {args.learning_starts} steps, learning again after step {updates_start}", file=sys.stderr)
+
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    description, stats = TextColumn("[bold]{task.description}"), TextColumn("{task.fields[stats]}")
-    progress = Progress(description, BarColumn(), MofNCompleteColumn(), stats, TimeRemainingColumn(), disable=not on_terminal)
+    progress = Progress(*Progress.get_default_columns(), "{task.fields[stats]}", disable=not sys.stdout.isatty())
     progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
     progress.start()
-    start_time, start_step = time.time(), global_step
-    actor_loss = None
+    recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
+    report_every, actor_loss = max(1, num_iterations // 20), None
 
-    for iteration in range(start_iteration, num_iterations + 1):
+    for iteration in range(global_step // args.num_envs + 1, num_iterations + 1):
         global_step += args.num_envs
+        # ALGO LOGIC: put action logic here
         if global_step <= args.learning_starts:
             actions = envs.action_space.sample()
         else:
-            with torch.inference_mode():
+            with torch.no_grad():
                 actions = actor(torch.as_tensor(obs, dtype=torch.float32, device=device))
                 actions += torch.randn_like(actions) * (actor.action_scale * args.exploration_noise)
                 actions = torch.clamp(actions, action_low, action_high)
             actions = actions.cpu().numpy().reshape(envs.action_space.shape)
 
+        # TRY NOT TO MODIFY: execute the game and log data.
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        if not np.isfinite(rewards).all():
+            sys.exit(f"error: the environment returned a non-finite reward at step {global_step}; stopping")
         if "final_info" in infos:
             for i in np.flatnonzero(infos["final_info"]["_episode"]):
                 episodic_return = float(infos["final_info"]["episode"]["r"][i])
@@ -455,6 +350,7 @@ if __name__ == "__main__":
         rb.add(obs, real_next_observations(next_obs, infos), actions, rewards, terminations)
         obs = next_obs
 
+        # ALGO LOGIC: training.
         if global_step > updates_start:
             b_obs, b_actions, b_next_obs, b_rewards, b_terminations = rb.sample(args.batch_size, device)
             with torch.no_grad():
@@ -466,61 +362,53 @@ if __name__ == "__main__":
             q_optimizer.step()
 
             if iteration % args.policy_frequency == 0:  # delayed policy update
-                # qf1 is a constant here: skipping its weight gradients saves a third of its backward pass
-                qf1.requires_grad_(False)
                 actor_loss = -qf1(b_obs, actor(b_obs)).mean()
                 actor_optimizer.zero_grad()
                 actor_loss.backward()
                 actor_optimizer.step()
-                qf1.requires_grad_(True)
 
-                # update the target networks: target += tau * (online - target), for every tensor in one call
+                # update the target networks: target += tau * (online - target)
                 with torch.no_grad():
-                    torch._foreach_lerp_(target_params, online_params, args.tau)
+                    for param, target_param in zip(online_params, target_params):
+                        target_param.lerp_(param, args.tau)
 
             if iteration % 100 == 0:  # .item() waits for the GPU: only when logging
+                if not np.isfinite(qf1_loss.item()):
+                    sys.exit(f"error: the loss turned non-finite at step {global_step}; stopping (no model saved)")
                 writer.add_scalar("losses/qf1_values", qf1_a_values.mean().item(), global_step)
                 writer.add_scalar("losses/qf1_loss", qf1_loss.item(), global_step)
                 if actor_loss is not None:
                     writer.add_scalar("losses/actor_loss", actor_loss.item(), global_step)
-                writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
 
-        if iteration % max(1, num_iterations // 20) == 0 or iteration == num_iterations:  # about 20 reports a run
+        # a bar update costs more than a vector step: every 100 of them, and the plain lines every 5%
+        if iteration % 100 == 0 or iteration % report_every == 0 or iteration == num_iterations:
             sps = int((global_step - start_step) / (time.time() - start_time))
-            recent = f"return {np.mean(recent_returns):.1f}" if recent_returns else "return -"
-            progress.update(progress_task, completed=global_step, stats=f"{sps} SPS, {recent}")
-            if not on_terminal:
-                print(f"step {global_step}/{num_iterations * args.num_envs}, {sps} SPS, {recent}", flush=True)
-        elif iteration % 100 == 0:
-            progress.update(progress_task, completed=global_step)
-
-        interval = args.checkpoint_interval
-        if (interval and global_step // interval > (global_step - args.num_envs) // interval) or stop_requested.is_set():
-            save_checkpoint(iteration)
-        if stop_requested.is_set():
-            progress.stop()
-            print(f"SIGTERM at step {global_step}: checkpoint written; continue with --resume {run_dir}", file=sys.stderr)
-            envs.close()
-            writer.close()
-            sys.exit(128 + signal.SIGTERM)
+            stats = f"{sps} SPS, return {np.mean(recent_returns):.1f}" if recent_returns else f"{sps} SPS"
+            writer.add_scalar("charts/SPS", sps, global_step)
+            progress.update(progress_task, completed=global_step, stats=stats)
+            if progress.disable and (iteration % report_every == 0 or iteration == num_iterations):
+                print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
+        if run_state:
+            run_state.step(global_step, checkpoint_state)
 
     progress.stop()
+    if not all(p.isfinite().all() for p in online_params):  # the loss is checked only where it is logged
+        sys.exit(f"error: the loss turned non-finite before step {global_step}; stopping (no model saved)")
+    if run_state:
+        run_state.finish(global_step, checkpoint_state)
 
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
-        # one flat state dict: "actor.fc1.weight", ..., "qf1.fc1.weight", ...; the evaluation needs the actor only
         torch.save(nn.ModuleDict({"actor": actor, "qf1": qf1}).state_dict(), model_path)
         print(f"model saved to {model_path}")
         from cleanrl_utils.evals.ddpg_eval import evaluate
 
-        # 10 episodes of the deterministic policy, on seeds apart from training's
         episodic_returns = evaluate(
             model_path, make_env, args.env_id, 10, f"{run_name}-eval", Actor, device, args.capture_video, args.seed + 100_000
         )
         for idx, episodic_return in enumerate(episodic_returns):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        mean, std = np.mean(episodic_returns), np.std(episodic_returns)
-        print(f"evaluation over {len(episodic_returns)} episodes: {mean:.1f} +- {std:.1f}")
+        print(f"evaluation over 10 episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
 
     envs.close()
     writer.close()

@@ -4,8 +4,8 @@ the torch twins, action rescaling onto asymmetric bounds, the replay buffer acro
 dm_control), the JAX evaluator, and for each script smoke, learning, resume (SIGKILL and SIGTERM) and bad inputs.
 
 A test runs on every script (or on both scripts of one algorithm); what differs between torch and JAX (arrays,
-the actor's parameters, how a batch comes out of the buffer, the checkpoint's file and keys) goes through the
-adapters below, `Torch` and `Jax`."""
+the actor's parameters, how a batch comes out of the buffer, the checkpoint's keys) goes through the adapters below,
+`Torch` and `Jax`. Both write cleanrl_utils.run_state's `checkpoint.pt`: the script's entries under "state"."""
 
 import importlib
 import math
@@ -154,7 +154,6 @@ class JaxActor:
 class Torch:
     """The torch scripts' side of what the two families do differently."""
 
-    checkpoint = "checkpoint.pt"
     Actor = TorchActor
     fixed_alpha_state = ["log_alpha", "a_optimizer"]  # SAC's entropy coefficient in a checkpoint: None unless tuned
     dqn_scripts = ["dqn.py"]  # where the Discrete-action error sends the user
@@ -177,13 +176,12 @@ class Torch:
 
     @staticmethod
     def rng_state(checkpoint):
-        return checkpoint["rng"]["torch"]
+        return checkpoint["rng"]["torch"]  # run_state saves torch's generator with every checkpoint
 
 
 class Jax:
     """The JAX scripts' side of what the two families do differently."""
 
-    checkpoint = "checkpoint.pkl"
     Actor = JaxActor
     fixed_alpha_state = ["alpha_state"]
     dqn_scripts = ["dqn_jax.py", "dqn.py"]
@@ -206,7 +204,7 @@ class Jax:
 
     @staticmethod
     def rng_state(checkpoint):
-        return checkpoint["key"]
+        return checkpoint["state"]["key"]
 
 
 def family(script):
@@ -214,9 +212,9 @@ def family(script):
     return Jax if script.removesuffix(".py").endswith("_jax") else Torch
 
 
-def checkpoint_of(run_dir, script):
-    """The run's checkpoint, loaded: checkpoint.pt of a torch script, checkpoint.pkl of a JAX one."""
-    return load_checkpoint(run_dir / family(script).checkpoint)
+def checkpoint_of(run_dir):
+    """The run's checkpoint, loaded (cleanrl_utils.run_state's layout: the script's own entries under "state")."""
+    return load_checkpoint(run_dir / "checkpoint.pt")
 
 
 # ---------------------------------------------------------------- pure pieces
@@ -311,27 +309,6 @@ def test_sac_soft_td_target_by_hand(name):
         gamma=0.9,
     )
     np.testing.assert_allclose(np.asarray(target), [1.0, 1.0 + 0.9 * (3.0 - 0.5 * 2.0)], rtol=1e-6)
-
-
-def test_sac_twin_critics_are_two_independent_mlps():
-    """sac_continuous_action.py runs both Q-networks as one batched module: each must be the plain MLP of its own
-    weights (Linear, ReLU, Linear, ReLU, Linear), initialized apart, and trained only by its own loss."""
-    qf = load_script("sac_continuous_action").SoftQNetwork(fake_envs([-1.0, -1.0], [1.0, 1.0]))
-    rng = np.random.default_rng(0)
-    obs, actions = torch.as_tensor(np32(5, 3, rng=rng)), torch.as_tensor(np32(5, 2, rng=rng))
-    q = qf(obs, actions)
-    assert q.shape == (2, 5)
-    for i in range(2):
-        x = torch.cat([obs, actions], 1)
-        layers = list(zip(qf.weights, qf.biases))
-        for layer, (weight, bias) in enumerate(layers):
-            x = x @ weight[i] + bias[i]
-            x = torch.relu(x) if layer < len(layers) - 1 else x
-        torch.testing.assert_close(q[i], x.squeeze(1))
-    assert not torch.allclose(qf.weights[0][0], qf.weights[0][1])
-    q[0].sum().backward()  # the first network's loss leaves the second's weights alone
-    for parameter in qf.parameters():
-        assert parameter.grad[1].abs().sum() == 0 and parameter.grad[0].abs().sum() > 0
 
 
 @pytest.mark.parametrize(
@@ -606,18 +583,22 @@ def test_time_limit_truncation_is_stored_as_not_done(name, env_id, tmp_path, mon
 
 
 @pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "dm_control/cheetah-run-v0"])
-@pytest.mark.parametrize("name", NAMES)
-def test_pickled_envs_continue_the_same_episode(name, env_id, tmp_path, monkeypatch):
-    """A checkpoint's envs come back mid-episode: MuJoCo's physics state (EzPickle would restart the simulation) and
-    dm_control's whole physics, with the time limit's count and the episode statistics."""
+def test_checkpointed_envs_continue_the_same_episode(env_id, tmp_path, monkeypatch):
+    """The envs of this family's make_env (the same in torch and JAX) come back from cleanrl_utils.run_state's
+    snapshot mid-episode: MuJoCo's physics state (EzPickle would restart the simulation) and dm_control's whole
+    physics, with the time limit's count and the episode statistics."""
+    from cleanrl_utils.run_state import restore_envs, snapshot_envs
+
     monkeypatch.chdir(tmp_path)
-    script = load_script(name)
-    envs = gym.vector.SyncVectorEnv([script.make_env(env_id, 0, False, "test")])
+    make_env = load_script("sac_continuous_action").make_env
+    envs = gym.vector.SyncVectorEnv([make_env(env_id, 0, False, "test")])
     envs.reset(seed=0)
     rng = np.random.default_rng(0)
     for _ in range(20):
         envs.step(rng.uniform(-1, 1, (1, 6)))
-    copy = gym.vector.SyncVectorEnv([lambda env=env: env for env in script.unpickle_envs(script.pickle_envs(envs))])
+    copy = gym.vector.SyncVectorEnv([make_env(env_id, 0, False, "test")])  # a resumed run's envs, made and reset
+    copy.reset(seed=1)
+    restore_envs(copy, snapshot_envs(envs))
     for _ in range(5):
         actions = rng.uniform(-1, 1, (1, 6))
         original, restored = envs.step(actions), copy.step(actions)
@@ -655,6 +636,7 @@ MUJOCO_SMOKE_ENV = {  # InvertedPendulum's episodes end within a few dozen steps
 }
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_mujoco_with_every_flag(tmp_path, script):
     flags = ["--env-id", MUJOCO_SMOKE_ENV[algorithm(script)], "--total-timesteps", "600", *SHORT]
@@ -666,8 +648,9 @@ def test_smoke_mujoco_with_every_flag(tmp_path, script):
     videos = {path.parent.name for path in (tmp_path / "videos").rglob("*.mp4")}
     assert run_dir.name in videos and f"{run_dir.name}-eval" in videos, videos  # training and evaluation episodes
     assert (run_dir / script.replace(".py", ".cleanrl_model")).stat().st_size > 0
-    checkpoint = checkpoint_of(run_dir, script)
-    assert checkpoint["global_step"] == 600 and checkpoint["replay_buffer"] is None  # no --checkpoint-buffer
+    checkpoint = checkpoint_of(run_dir)
+    assert checkpoint["global_step"] == 600 and checkpoint["finished"]
+    assert checkpoint["state"]["rb"] is None  # no --checkpoint-buffer
     # torch's generator, or the JAX key, travels with the checkpoint
     assert tuple(family(script).rng_state(checkpoint).shape) == family(script).rng_state_shape
     assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
@@ -679,6 +662,7 @@ def test_smoke_mujoco_with_every_flag(tmp_path, script):
     assert len(eval_returns) == 10 and all(r >= 1 for r in eval_returns)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_dm_control_with_model_and_tracking(tmp_path, script):
     """No --capture-video: see test_dm_control_video_renders_without_a_display. SAC runs here with a fixed alpha
@@ -694,18 +678,19 @@ def test_smoke_dm_control_with_model_and_tracking(tmp_path, script):
     assert [value for _, value in scalars(run_dir, "charts/episodic_length")] == [1000]  # dm_control's time limit
     assert [step for step, _ in scalars(run_dir, "losses/qf1_loss")] == [1100]
     assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
-    checkpoint = checkpoint_of(run_dir, script)
-    assert checkpoint["envs"] is not None  # dm_control's physics pickles: a resumed run continues the episode
-    assert checkpoint["replay_buffer"]["data"].shape == (1100, 17 * 2 + 6 + 2)
+    state = checkpoint_of(run_dir)["state"]
+    assert state["envs"] is not None  # dm_control's physics pickles: a resumed run continues the episode
+    assert state["rb"]["data"].shape == (1100, 17 * 2 + 6 + 2)
     if algorithm(script) == "sac":
         assert scalars(run_dir, "losses/alpha") == [(1100, pytest.approx(0.1))]
-        assert all(checkpoint[key] is None for key in family(script).fixed_alpha_state)
+        assert all(state[key] is None for key in family(script).fixed_alpha_state)
         assert "losses/alpha_loss" not in scalar_tags(run_dir)
     eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
     assert len(eval_returns) == 10 and all(0 <= r <= 1000 for r in eval_returns)
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_learns_pendulum(tmp_path, script):
     flags, threshold = LEARNING[algorithm(script)]
@@ -716,6 +701,7 @@ def test_learns_pendulum(tmp_path, script):
     assert np.mean(returns[-5:]) > threshold, returns[-10:]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_killed_run_resumes_to_the_same_weights_on_the_users_own_env(tmp_path, script):
     """With --checkpoint-buffer the resumed run has everything the uninterrupted one had (parameters, targets,
@@ -727,13 +713,14 @@ def test_killed_run_resumes_to_the_same_weights_on_the_users_own_env(tmp_path, s
     run_dir = check_killed_run_resumes_to_the_same_weights(
         script, [*flags, "--checkpoint-buffer", "--save-model"], tmp_path, "losses/qf1_values"
     )
-    checkpoint = checkpoint_of(run_dir, script)
-    assert checkpoint["global_step"] == 3000 and len(checkpoint["replay_buffer"]["data"]) == 3000
+    checkpoint = checkpoint_of(run_dir)
+    assert checkpoint["global_step"] == 3000 and len(checkpoint["state"]["rb"]["data"]) == 3000
     lengths = [value for _, value in scalars(run_dir, "charts/episodic_length")]
     assert lengths and max(lengths) <= 8
     assert [step for step, _ in scalars(run_dir, "losses/qf1_values")] == list(range(600, 3001, 200))  # 100 vector steps
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path, script):
     """SIGTERM mid-run: a checkpoint (without the buffer), exit code 143 and a line saying how to resume. The resumed
@@ -743,17 +730,15 @@ def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path, s
     flags += ["--batch-size", "32", "--buffer-size", "5000"]
     run_dir, checkpoint = sigterm_mid_run(script, flags, tmp_path, delay=1.5)
     stopped = checkpoint["global_step"]
-    assert 0 < stopped < 1_000_000 and checkpoint["replay_buffer"] is None and checkpoint["envs"] is not None
+    assert 0 < stopped < 1_000_000 and checkpoint["state"]["rb"] is None and checkpoint["state"]["envs"] is not None
 
     end = stopped + 1000
-    result = run_script(
-        script, "--resume", str(run_dir), "--total-timesteps", str(end), "--checkpoint-interval", "1000", cwd=tmp_path
-    )
+    result = run_script(script, "--resume", str(run_dir), "--total-timesteps", str(end), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"refilling it with the policy for 500 steps, learning again after step {stopped + 500}" in result.stderr
     after = [step for step, _ in scalars(run_dir, "losses/qf1_values") if step > stopped]
     assert after == [step for step in range(100, end + 1, 100) if step > stopped + 500], (stopped, after)
-    assert checkpoint_of(run_dir, script)["updates_start"] == stopped + 500
+    assert checkpoint_of(run_dir)["state"]["updates_start"] == stopped + 500  # the final checkpoint's
     returns = scalars(run_dir, "charts/episodic_return")
     assert [step for step, _ in returns] == list(range(200, end + 1, 200))  # Pendulum pickles: episodes go on
 
@@ -769,6 +754,11 @@ COMMON_BAD_INPUTS = [
     (["--gamma", "1.5"], ["--gamma must be in [0, 1]"]),
     (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
     (["--upload-model"], ["--upload-model uploads the model that --save-model saves"]),
+    (["--seed", "-1"], ["--seed must be in [0, 2**32)"]),
+    (["--seed", str(2**32)], ["--seed must be in [0, 2**32)"]),
+    (["--learning-starts", "1000", "--total-timesteps", "1000"], ["--learning-starts 1000", "--total-timesteps 1000"]),
+    (["--num-iterations", "10"], ["--num-iterations"]),  # computed at run time, not a flag: tyro refuses it
+    (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no such folder"]),
 ]
 BAD_INPUTS = {
     "ddpg": [
@@ -788,16 +778,15 @@ BAD_INPUTS = {
 }
 
 
-def bad_inputs(script):
-    no_checkpoint = (["--resume", "runs/never-ran"], [f"--resume runs/never-ran: no {family(script).checkpoint}"])
-    return [*COMMON_BAD_INPUTS, no_checkpoint, *BAD_INPUTS[algorithm(script)]]
-
-
-@pytest.mark.parametrize("script, flags, fragments", [(script, *bad) for script in SCRIPTS for bad in bad_inputs(script)])
+@pytest.mark.parametrize(
+    "script, flags, fragments",
+    [(script, *bad) for script in SCRIPTS for bad in COMMON_BAD_INPUTS + BAD_INPUTS[algorithm(script)]],
+)
 def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, capsys, script, flags, fragments):
     check_bad_input_in_process(script, flags, fragments, tmp_path, monkeypatch, capsys)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_discrete_env_is_one_clear_line(tmp_path, script):
     result = run_script(script, "--env-id", "CartPole-v1", cwd=tmp_path)
