@@ -116,8 +116,12 @@ class QNetwork(nn.Module):
 
 def greedy_actions(q_network, obs):
     """argmax_a Q(obs, a) with the Q-network's own layers run in numpy: on one observation torch's per-call overhead
-    costs more than the arithmetic (about 14% of a CartPole run, see README). It walks the module, so it follows a
+    costs more than the arithmetic (measured in benchmark/results/acting_in_numpy.md). It walks the module, so it follows a
     changed network, and refuses a layer it does not know rather than act with another network than the one trained."""
+    weight = q_network.network[0].weight
+    if weight.is_cuda:  # on a GPU the weights stay there: one torch pass, no copy of them per step
+        with torch.no_grad():
+            return q_network(torch.as_tensor(obs, device=weight.device)).argmax(dim=1).cpu().numpy()
     x = obs.reshape(len(obs), -1)
     for layer in q_network.network:
         if isinstance(layer, nn.Linear):
@@ -218,12 +222,9 @@ if __name__ == "__main__":
         args, checkpoint = load_checkpoint(Args, args, __file__)
     check_args(args)
     if args.upload_model:  # before training: a missing token must not cost a whole run
-        from cleanrl_utils.huggingface import check_upload
+        from cleanrl_utils.huggingface import upload_repo_id
 
-        try:
-            hf_repo_id = check_upload(args.hf_entity, args.env_id, args.exp_name, args.seed)
-        except ValueError as e:
-            fail(f"--upload-model: {e}")
+        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without a usable Hub token
     num_iterations = args.total_timesteps // args.num_envs  # vector steps
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"

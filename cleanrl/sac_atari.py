@@ -195,12 +195,9 @@ if __name__ == "__main__":
         args, checkpoint = load_checkpoint(Args, args, __file__)
     check_args(args)
     if args.upload_model:  # before training: a missing token must not cost a whole run
-        from cleanrl_utils.huggingface import check_upload
+        from cleanrl_utils.huggingface import upload_repo_id
 
-        try:
-            hf_repo_id = check_upload(args.hf_entity, args.env_id, args.exp_name, args.seed)
-        except ValueError as e:
-            fail(f"--upload-model: {e}")
+        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without a usable Hub token
     num_iterations = args.total_timesteps // args.num_envs  # vector steps
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"

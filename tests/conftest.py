@@ -17,3 +17,11 @@ def one_torch_thread(monkeypatch):
     are shared, and torch's threads fighting for them make a CNN step up to 10x slower (an action of the CNN took
     260 ms on 2 threads against 7 ms on 1). The scripts these tests start inherit the variable."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def pytest_runtest_setup(item):
+    """helpers.require_e2e reads the test being set up: a module fixture that starts a script counts for the first
+    test that asks for it."""
+    import helpers
+
+    helpers.CURRENT_TEST = item

@@ -15,6 +15,14 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
+CURRENT_TEST = None  # the pytest item being set up or run (conftest.py's hook keeps it), for require_e2e
+
+
+def require_e2e():
+    """A test that starts a script or utility in a new process is marked e2e, so the fast loop
+    (`-m "not slow and not e2e"`) leaves it out; one that is not fails here, naming itself."""
+    if CURRENT_TEST is not None and CURRENT_TEST.get_closest_marker("e2e") is None:
+        raise AssertionError(f"{CURRENT_TEST.nodeid} starts a process: mark it @pytest.mark.e2e")
 
 
 def script_env(**extra) -> dict:
@@ -27,6 +35,7 @@ def script_env(**extra) -> dict:
 def run_script(script: str, *flags: str, cwd: pathlib.Path, timeout: float = 300, **env) -> subprocess.CompletedProcess:
     """`python cleanrl/<script> <flags>` from `cwd` (so runs/ and videos/ land there); fails the test on a timeout;
     `env` adds variables."""
+    require_e2e()
     return subprocess.run(
         [sys.executable, str(REPO / "cleanrl" / script), *flags],
         cwd=cwd,
@@ -39,6 +48,7 @@ def run_script(script: str, *flags: str, cwd: pathlib.Path, timeout: float = 300
 
 def run_utility(module: str, *flags: str, cwd: pathlib.Path, timeout: float = 300, **env) -> subprocess.CompletedProcess:
     """`python -m cleanrl_utils.<module> <flags>` from `cwd`, as a user runs the utilities; `env` adds variables."""
+    require_e2e()
     return subprocess.run(
         [sys.executable, "-m", f"cleanrl_utils.{module}", *flags],
         cwd=cwd,
@@ -50,6 +60,7 @@ def run_utility(module: str, *flags: str, cwd: pathlib.Path, timeout: float = 30
 
 
 def start_script(script: str, *flags: str, cwd: pathlib.Path) -> subprocess.Popen:
+    require_e2e()
     return subprocess.Popen(
         [sys.executable, str(REPO / "cleanrl" / script), *flags],
         cwd=cwd,

@@ -22,6 +22,9 @@ TEMPLATE = REPO / "benchmark" / "cleanrl_1gpu.slurm_template"
 # reports WANDB_TAGS and OMP_NUM_THREADS; env id Fail-v0 fails, and FAKE_SLEEP keeps it running
 FAKE_SCRIPT = """\
 import argparse, os, sys, time
+
+# every test here starts a script or a utility in a new process
+pytestmark = pytest.mark.e2e
 parser = argparse.ArgumentParser()
 for flag in ["--env-id", "--seed", "--checkpoint-interval", "--resume"]:
     parser.add_argument(flag)

@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 from helpers import assert_clean_failure, only_run_dir, run_script, run_utility, scalars
 
+# every test here starts a script or a utility in a new process
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def saved_models(tmp_path_factory) -> dict:

@@ -25,6 +25,7 @@ def saved_run(tmp_path_factory):
     return only_run_dir(cwd)
 
 
+@pytest.mark.e2e
 def test_repository_files_and_model_card(saved_run, tmp_path):
     returns = [value for _, value in scalars(saved_run, "eval/episodic_return")]
     assert len(returns) == 10
@@ -55,6 +56,7 @@ def test_repository_files_and_model_card(saved_run, tmp_path):
     assert "--learning-rate 0.00025" in card.text and "--num-steps 128" in card.text
 
 
+@pytest.mark.e2e
 def test_publishing_a_finished_run_can_be_previewed_offline(saved_run, tmp_path):
     result = run_utility(
         "huggingface", str(saved_run), "--hf-entity", "me", "--local-dir", str(tmp_path / "out"), cwd=tmp_path
@@ -63,10 +65,12 @@ def test_publishing_a_finished_run_can_be_previewed_offline(saved_run, tmp_path)
     card = ModelCard.load(tmp_path / "out" / "README.md")
     returns = [value for _, value in scalars(saved_run, "eval/episodic_return")]
     assert card.data.eval_results[0].metric_value == f"{np.mean(returns):.2f} +/- {np.std(returns):.2f}"
-    assert "python cleanrl/ppo.py --exp-name ppo --seed 1" in card.text
+    command = next(line for line in card.text.splitlines() if line.startswith("python cleanrl/ppo.py "))
+    assert "--exp-name ppo" in command and "--seed 1" in command and "--env-id CartPole-v1" in command
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.e2e
 def test_upload_without_a_token_fails_before_training(script, tmp_path):
     flags = ["--save-model", "--upload-model", *REQUIRED_FLAGS.get(script, [])]
     result = run_script(script, *flags, cwd=tmp_path, HF_HOME=str(tmp_path / "hf"), **NO_TOKEN)
@@ -74,10 +78,12 @@ def test_upload_without_a_token_fails_before_training(script, tmp_path):
     assert not (tmp_path / "runs").exists(), "training started before the token was checked"
 
 
+@pytest.mark.e2e
 def test_upload_needs_save_model(tmp_path):
     assert_clean_failure(run_script("ppo.py", "--upload-model", cwd=tmp_path), "--upload-model", "--save-model")
 
 
+@pytest.mark.e2e
 def test_unknown_owner_offline_fails_before_training(tmp_path):
     """With a token but no --hf-entity, the owner is asked of the Hub at start; offline that fails at once."""
     result = run_script("dqn.py", "--save-model", "--upload-model", cwd=tmp_path, HF_TOKEN="hf_test", HF_HUB_OFFLINE="1")
@@ -85,6 +91,7 @@ def test_unknown_owner_offline_fails_before_training(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.e2e
 def test_a_failed_upload_keeps_the_evaluated_model_and_says_how_to_retry(tmp_path):
     result = run_script(
         "ppo.py",

@@ -72,6 +72,7 @@ def write_run(root, env_id, exp_name, seed, points, script=None, with_args=True,
     return run_dir
 
 
+@pytest.mark.e2e
 def test_report_of_real_runs_matches_their_events(ppo_runs, tmp_path):
     result = run_report("--runs", str(ppo_runs / "runs"), "--output", "results/ppo", "--last-n", str(LAST_N), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -103,6 +104,7 @@ def test_report_of_real_runs_matches_their_events(ppo_runs, tmp_path):
     assert row.endswith("| 490.0 +- 6.1 | 500000 | CleanRL published benchmark (tag pr-424) |")
 
 
+@pytest.mark.e2e
 def test_table_of_hand_made_runs(tmp_path):
     # env ids may hold a `/`: the runs sit one folder deeper, and the figure's file name replaces it
     main_runs, other_runs = tmp_path / "runs", tmp_path / "more_runs"
@@ -140,6 +142,7 @@ def test_table_of_hand_made_runs(tmp_path):
     assert "fewer values, averaged over all of them: sac on ALE/Toy-v0 seed 1 (3)" in md_text
 
 
+@pytest.mark.e2e
 def test_runs_of_other_budgets_are_their_own_line_and_a_repeated_seed_is_refused(tmp_path):
     write_run(tmp_path / "runs", "CartPole-v1", "ppo", 1, [(10, 1.0), (20, 3.0)])
     write_run(tmp_path / "runs", "CartPole-v1", "ppo", 2, [(10, 3.0), (20, 5.0)])
@@ -170,6 +173,7 @@ def test_runs_of_other_budgets_are_their_own_line_and_a_repeated_seed_is_refused
         ("one_value", [], "ppo on CartPole-v1: its runs share no range of steps to plot over"),
     ],
 )
+@pytest.mark.e2e
 def test_bad_input_fails_cleanly(tmp_path, setup, flags, fragment):
     if setup == "empty":
         (tmp_path / "runs" / "some_folder").mkdir(parents=True)

@@ -39,6 +39,7 @@ def test_args_become_the_flags_tyro_reads():
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_a_finished_run_reruns_to_the_same_learning_curve(tmp_path):
     # a non-default flag of each kind (bool off, float, int) so the re-run cannot get them from the defaults
     original = run_script(
@@ -69,6 +70,7 @@ def test_a_finished_run_reruns_to_the_same_learning_curve(tmp_path):
     assert scalars(reproduced_dir, "losses/value_loss") == scalars(original_dir, "losses/value_loss")
 
 
+@pytest.mark.e2e
 def test_dry_run_prints_the_command_and_overrides_win(tmp_path):
     run_dir = tmp_path / "runs" / "CartPole-v1__ppo__2__1"
     run_dir.mkdir(parents=True)
@@ -103,6 +105,7 @@ def test_dry_run_prints_the_command_and_overrides_win(tmp_path):
     assert run_dirs(tmp_path) == [], "a dry run must not train"
 
 
+@pytest.mark.e2e
 def test_an_override_changes_the_rerun(tmp_path):
     run_dir = tmp_path / "runs" / "CartPole-v1__ppo__2__1"
     run_dir.mkdir(parents=True)
@@ -114,6 +117,7 @@ def test_an_override_changes_the_rerun(tmp_path):
     assert json.loads((rerun_dir / "args.json").read_text())["args"]["total_timesteps"] == 1024
 
 
+@pytest.mark.e2e
 def test_bad_run_folders_end_with_one_clear_line(tmp_path):
     assert_clean_failure(run_utility("reproduce", "nowhere", cwd=tmp_path), "nowhere", "no args.json")
     foreign = tmp_path / "foreign"

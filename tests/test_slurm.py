@@ -19,6 +19,9 @@ from pathlib import Path
 import pytest
 from helpers import REPO, load_checkpoint, run_utility, scalar_tags, scalars
 
+# every test here starts a script or a utility in a new process
+pytestmark = pytest.mark.e2e
+
 TEMPLATE = REPO / "benchmark" / "cleanrl_1gpu.slurm_template"
 PPO = f"{sys.executable} {REPO / 'cleanrl' / 'ppo.py'}"
 SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])

@@ -16,6 +16,9 @@ import pytest
 from helpers import REPO, assert_clean_failure, load_checkpoint, run_utility, scalars, script_env, wait_for
 from moto.server import ThreadedMotoServer
 
+# every test here starts a script or a utility in a new process
+pytestmark = pytest.mark.e2e
+
 REGION = "us-east-1"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/cleanrl:test"
 EFS = "fs-0123456789abcdef0"

@@ -131,6 +131,7 @@ def test_bad_inputs_raise_a_clear_value_error(tmp_path):
         tuner().tune(num_trials=0, num_seeds=1)
 
 
+@pytest.mark.e2e
 def test_tiny_study_values_come_from_the_run_folders_and_reach_wandb(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -180,6 +181,7 @@ def test_tiny_study_values_come_from_the_run_folders_and_reach_wandb(tmp_path, m
     assert f"best trial {best.number}, value {best.value:.4f}, params {best.params}" in capsys.readouterr().out
 
 
+@pytest.mark.e2e
 def test_pruner_stops_a_trial_with_a_bad_value(tmp_path, monkeypatch):
     """The metric is the logged learning rate, which --no-anneal-lr keeps at the given one: trial 0 (rate 0) scores 0
     after its first seed and is pruned there; trial 1 scores 0.001 / 0.002 = 0.5 and runs both seeds."""
@@ -206,6 +208,7 @@ def test_pruner_stops_a_trial_with_a_bad_value(tmp_path, monkeypatch):
     assert best.number == good.number
 
 
+@pytest.mark.e2e
 def test_a_failed_run_fails_the_trial_with_its_command_and_log(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     storage = f"sqlite:///{tmp_path / 'tuner.db'}"
@@ -226,6 +229,7 @@ def test_a_failed_run_fails_the_trial_with_its_command_and_log(tmp_path, monkeyp
     assert [trial.state for trial in load_study(storage).trials] == [TrialState.FAIL]
 
 
+@pytest.mark.e2e
 def test_two_workers_share_one_study(tmp_path):
     storage = str(tmp_path / "tuner.journal")
     workers = [start_worker(tmp_path, storage, num_trials=4) for _ in range(2)]
@@ -243,6 +247,7 @@ def test_two_workers_share_one_study(tmp_path):
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; the tuner's parent-death signal is Linux-only")
 @pytest.mark.parametrize("storage_kind", ["sqlite", "journal"])
+@pytest.mark.e2e
 def test_a_killed_worker_leaves_no_orphan_and_a_restarted_one_continues(tmp_path, storage_kind, stop_leftovers):
     storage = f"sqlite:///{tmp_path / 'tuner.db'}" if storage_kind == "sqlite" else str(tmp_path / "tuner.journal")
     # a run long enough (about a minute) that an orphan would still be training when the test looks for it
@@ -273,6 +278,7 @@ def test_a_killed_worker_leaves_no_orphan_and_a_restarted_one_continues(tmp_path
     assert not processes_working_in(tmp_path)
 
 
+@pytest.mark.e2e
 def test_the_example_builds_a_tuner_whose_every_choice_ppo_accepts(monkeypatch):
     monkeypatch.chdir(REPO)  # the example names cleanrl/ppo.py from the repository root
     tuner = runpy.run_path(str(REPO / "tuner_example.py"))["tuner"]  # its tune() call waits for __main__
