@@ -1,9 +1,9 @@
-"""Is acting in numpy worth keeping (ppo.py's `sample_actions`, dqn.py's `greedy_actions`)? The script as it is, side
-by side with a copy of it whose one acting line runs the network in torch instead, in alternating rounds,
-whole-process wall time (imports included). The project keeps a speed trick only where such a pair shows >= 10% of a
-run's wall time.
+"""Is acting in numpy worth keeping (dqn.py's `greedy_actions`)? The script as it is, side by side with a copy of it
+whose one acting line runs the network in torch instead, in alternating rounds, whole-process wall time (imports
+included). The project keeps a speed trick only where such a pair shows >= 10% of a run's wall time; a script that
+acts in numpy gets an entry in ACTING.
 
-    uv run python benchmark/acting_in_numpy.py --script ppo                 # 3 rounds x 100,000 steps
+    uv run python benchmark/acting_in_numpy.py --script dqn                 # 3 rounds x 100,000 steps
     uv run python benchmark/acting_in_numpy.py --script dqn --rounds 5 --total-timesteps 500000 --output out.md
 """
 
@@ -19,15 +19,10 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 # each script's acting line, and the same action computed by its torch module
 ACTING = {
     "dqn": (
-        "            actions = np.where(explore, actions, greedy_actions(q_network, obs))\n",
+        "            actions = np.where(explore, actions, greedy_actions(q_layers, obs))\n",
         "            with torch.no_grad():\n"
         "                greedy = q_network(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()\n"
         "            actions = np.where(explore, actions, greedy)\n",
-    ),
-    "ppo": (
-        "            action = sample_actions(agent, next_obs, action_rng)\n",
-        "            with torch.no_grad():\n"
-        "                action = agent.get_action(torch.as_tensor(next_obs, device=device)).cpu().numpy()\n",
     ),
 }
 

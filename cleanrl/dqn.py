@@ -114,23 +114,29 @@ class QNetwork(nn.Module):
         return self.network(x.flatten(1))
 
 
-def greedy_actions(q_network, obs):
-    """argmax_a Q(obs, a) with the Q-network's own layers run in numpy: on one observation torch's per-call overhead
-    costs more than the arithmetic (measured in benchmark/results/acting_in_numpy.md). It walks the module, so it follows a
-    changed network, and refuses a layer it does not know rather than act with another network than the one trained."""
-    weight = q_network.network[0].weight
-    if weight.is_cuda:  # on a GPU the weights stay there: one torch pass, no copy of them per step
-        with torch.no_grad():
-            return q_network(torch.as_tensor(obs, device=weight.device)).argmax(dim=1).cpu().numpy()
-    x = obs.reshape(len(obs), -1)
-    for layer in q_network.network:
+def numpy_layers(network: nn.Sequential):
+    """The network's layers as numpy functions, for acting: on one observation torch's per-call overhead costs more
+    than the arithmetic (benchmark/results/acting_in_numpy_dqn.md). Read from the module, layer by layer, so it follows a
+    changed network and refuses a layer it does not know rather than act with another network than the one trained.
+    Read again after each update: on the CPU the weights are views of the parameters, on a GPU copies."""
+    layers = []
+    for layer in network:
         if isinstance(layer, nn.Linear):
-            x = x @ layer.weight.detach().cpu().numpy().T + layer.bias.detach().cpu().numpy()
+            weight, bias = layer.weight.detach().cpu().numpy().T, layer.bias.detach().cpu().numpy()
+            layers.append(lambda x, weight=weight, bias=bias: x @ weight + bias)
         elif isinstance(layer, nn.ReLU):
-            x = np.maximum(x, 0.0)
+            layers.append(lambda x: np.maximum(x, 0.0))
         else:
-            raise TypeError(f"greedy_actions does not know {layer}: add it there, or act with q_network in torch")
-    return x.argmax(axis=1)
+            raise TypeError(f"numpy_layers does not know {layer}: add it there, or act with the torch module")
+    return layers
+
+
+def greedy_actions(q_layers, obs):
+    """argmax_a Q(obs, a), through the Q-network's layers in numpy."""
+    q_values = obs.reshape(len(obs), -1)
+    for layer in q_layers:
+        q_values = layer(q_values)
+    return q_values.argmax(axis=1)
 
 
 def linear_schedule(start_e: float, end_e: float, duration: int, t: int) -> float:
@@ -293,6 +299,7 @@ if __name__ == "__main__":
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
     report_every = max(1, num_iterations // 20)
 
+    q_layers = numpy_layers(q_network.network)  # the Q-network acting reads, in numpy
     for iteration in range(global_step // args.num_envs + 1, num_iterations + 1):
         global_step += args.num_envs
         # ALGO LOGIC: epsilon-greedy, per environment; the Q-network runs only when some environment exploits
@@ -300,7 +307,7 @@ if __name__ == "__main__":
         explore = np.random.random(args.num_envs) < epsilon
         actions = np.random.randint(envs.single_action_space.n, size=args.num_envs)
         if not explore.all():
-            actions = np.where(explore, actions, greedy_actions(q_network, obs))
+            actions = np.where(explore, actions, greedy_actions(q_layers, obs))
 
         # TRY NOT TO MODIFY: execute the game and log data.
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
@@ -337,6 +344,7 @@ if __name__ == "__main__":
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
+                q_layers = numpy_layers(q_network.network)  # acting follows the update
 
             # update target network
             if iteration % args.target_network_frequency == 0:

@@ -146,25 +146,6 @@ class Agent(nn.Module):
         return logprob, entropy, self.critic(x).flatten()
 
 
-def sample_actions(agent, obs, rng):
-    """One action per observation from softmax(actor(obs)) by Gumbel-max, as Agent.get_action, with the actor's own
-    layers run in numpy: on a few observations torch's per-call overhead costs more than the arithmetic (measured in
-    benchmark/results/acting_in_numpy.md). It walks the module, so it follows a changed network, and refuses a layer
-    it does not know rather than act with another policy than the one trained."""
-    if agent.actor[0].weight.is_cuda:  # on a GPU the weights stay there: one torch pass, no copy of them per step
-        with torch.no_grad():
-            return agent.get_action(torch.as_tensor(obs, device=agent.actor[0].weight.device)).cpu().numpy()
-    logits = obs.reshape(len(obs), -1)
-    for layer in agent.actor:
-        if isinstance(layer, nn.Linear):
-            logits = logits @ layer.weight.detach().numpy().T + layer.bias.detach().numpy()
-        elif isinstance(layer, nn.Tanh):
-            logits = np.tanh(logits)
-        else:
-            raise TypeError(f"sample_actions does not know {layer}: add it there, or act with Agent.get_action")
-    return (logits - np.log(rng.standard_exponential(logits.shape, dtype=np.float32))).argmax(axis=-1)
-
-
 def compute_gae(rewards, values, last_value, final_values, terminations, episode_ends, gamma, gae_lambda):
     """Generalized Advantage Estimation over a rollout of numpy arrays shaped (num_steps, num_envs). Where an episode
     ended at step t, obs[t + 1] is already a reset observation, so the bootstrap is final_values[t] = V(its real last
@@ -266,7 +247,6 @@ if __name__ == "__main__":
     )
     agent = Agent(envs).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # fused: one kernel a step
-    action_rng = np.random.default_rng(args.seed)  # the policy's sampling noise while acting
 
     # ALGO Logic: Storage setup, in numpy: a write per step is far cheaper than into a tensor
     obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=np.float32)
@@ -277,9 +257,7 @@ if __name__ == "__main__":
     next_obs, _ = envs.reset(seed=args.seed)
 
     def checkpoint_state():  # what a checkpoint holds
-        return dict(
-            agent=agent, optimizer=optimizer, action_rng=action_rng, envs=envs, next_obs=next_obs, global_step=global_step
-        )
+        return dict(agent=agent, optimizer=optimizer, envs=envs, next_obs=next_obs, global_step=global_step)
 
     run_state = None
     if args.checkpoint_interval or checkpoint:  # needs cleanrl_utils; a copied script trains without it
@@ -307,7 +285,8 @@ if __name__ == "__main__":
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
-            action = sample_actions(agent, next_obs, action_rng)
+            with torch.no_grad():
+                action = agent.get_action(torch.as_tensor(next_obs, device=device)).cpu().numpy()
             actions[step] = action
 
             next_obs, reward, terminated, truncated, infos = envs.step(action)

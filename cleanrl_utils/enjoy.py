@@ -120,13 +120,8 @@ def main():
 
     evaluator_module, model_class, uses_torch = EVALUATORS[exp_name]
     script = load_script(exp_name)
-    module, _, registered_id = env_id.rpartition(":")
-    try:
-        if module:  # a user's own env: importing its module registers it
-            importlib.import_module(module)
-        if hasattr(script, "register_env_family"):  # e.g. dm_control tasks, registered by Shimmy when asked for
-            script.register_env_family(env_id)
-        gym.spec(registered_id)
+    try:  # the script's own make_env registers what its ids need (a user's `module:` env, dm_control through Shimmy)
+        script.make_env(env_id, 0, False, "enjoy")().close()
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {env_id}: {e}")
 

@@ -71,29 +71,6 @@ def test_policy_samples_from_its_softmax():
     assert values.shape == (40000,)
 
 
-def test_numpy_acting_samples_from_the_torch_actors_softmax_and_refuses_an_unknown_layer():
-    """The rollout acts with the actor's own layers in numpy: for any weights, its action frequencies must be
-    softmax(Agent.actor(obs)), observation by observation; a layer it does not know is refused, not skipped."""
-    ppo = load_ppo()
-    spaces = {"single_observation_space": gym.spaces.Box(-1, 1, (5,)), "single_action_space": gym.spaces.Discrete(3)}
-    agent = ppo.Agent(type("Envs", (), spaces))
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for p in agent.actor.parameters():
-            p.add_(torch.randn_like(p))  # away from the initialization (a last layer of std 0.01 would hide errors)
-    distinct_obs = np.random.default_rng(0).normal(size=(4, 5)).astype(np.float32)
-    with torch.no_grad():
-        probs = agent.actor(torch.as_tensor(distinct_obs)).softmax(-1).numpy()
-    assert probs.max() - probs.min() > 0.3, "the test needs distinct, uneven probabilities"
-    actions = ppo.sample_actions(agent, np.repeat(distinct_obs, 20000, axis=0), np.random.default_rng(0))
-    frequencies = np.stack([np.bincount(a, minlength=3) / 20000 for a in actions.reshape(4, 20000)])
-    np.testing.assert_allclose(frequencies, probs, atol=0.015)  # ~4 standard errors of a frequency
-
-    agent.actor[1] = torch.nn.ReLU()  # a fork's change: acting must not silently keep tanh
-    with pytest.raises(TypeError, match="does not know ReLU"):
-        ppo.sample_actions(agent, distinct_obs, np.random.default_rng(0))
-
-
 def test_rollout_sees_real_last_observations_across_resets():
     """The contract ppo.py's rollout relies on, through its own make_env: a short-episode env stepped through
     several resets. Where an episode ends, next_obs is already the reset observation, the real last one is in

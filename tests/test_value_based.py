@@ -94,10 +94,10 @@ def test_numpy_acting_is_the_q_networks_argmax():
     with torch.no_grad():
         expected = q_network(torch.as_tensor(obs)).argmax(dim=1).numpy()
     assert len(np.unique(expected)) >= 3, "the test needs several actions to be someone's argmax"
-    np.testing.assert_array_equal(dqn.greedy_actions(q_network, obs), expected)
+    np.testing.assert_array_equal(dqn.greedy_actions(dqn.numpy_layers(q_network.network), obs), expected)
     q_network.network[1] = torch.nn.Tanh()  # a fork's change
     with pytest.raises(TypeError, match="Tanh"):
-        dqn.greedy_actions(q_network, obs)
+        dqn.numpy_layers(q_network.network)
 
 
 def test_dqn_jax_td_target_and_sample():
