@@ -15,6 +15,20 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
+# the TensorBoard tags every PPO-family script logs (DESIGN.md's names, which plotting tools read)
+PPO_TAGS = [
+    "charts/episodic_return",
+    "charts/episodic_length",
+    "charts/SPS",
+    "charts/learning_rate",
+    "losses/value_loss",
+    "losses/policy_loss",
+    "losses/entropy",
+    "losses/approx_kl",
+    "losses/old_approx_kl",
+    "losses/clipfrac",
+    "losses/explained_variance",
+]
 CURRENT_TEST = None  # the pytest item being set up or run (conftest.py's hook keeps it), for require_e2e
 
 
