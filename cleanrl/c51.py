@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 import tyro
-from rich.progress import Progress
+from rich.progress import MofNCompleteColumn, Progress
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
 
@@ -22,10 +22,6 @@ from torch.utils.tensorboard import SummaryWriter
 @dataclass
 class Args:
     # Algorithm specific arguments
-    env_id: str = "CartPole-v1"
-    """the id of the environment (any Gymnasium id, or `module:EnvName-v0` for your own)"""
-    total_timesteps: int = 500000
-    """total timesteps of the experiments"""
     learning_rate: float = 2.5e-4
     """the learning rate of the optimizer"""
     num_envs: int = 1
@@ -77,6 +73,10 @@ class Args:
     """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
     hf_entity: str | None = None
     """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
+    env_id: str = "CartPole-v1"
+    """the id of the environment (any Gymnasium id, or `module:EnvName-v0` for your own)"""
+    total_timesteps: int = 500000
+    """total timesteps of the experiments"""
     checkpoint_interval: int = 0
     """environment steps between checkpoints in `runs/{run_name}/checkpoint.pt` (0 = off; needs cleanrl_utils)"""
     resume: str | None = None
@@ -295,7 +295,9 @@ if __name__ == "__main__":
                 obs, _ = envs.reset(seed=args.seed + global_step)
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    progress = Progress(*Progress.get_default_columns(), "{task.fields[stats]}", disable=not sys.stdout.isatty())
+    progress = Progress(
+        *Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}", disable=not sys.stdout.isatty()
+    )
     progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
     progress.start()
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step

@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 import tyro
-from rich.progress import Progress
+from rich.progress import MofNCompleteColumn, Progress
 from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
@@ -26,10 +26,6 @@ from cleanrl_utils.buffers import FrameReplayBuffer
 @dataclass
 class Args:
     # Algorithm specific arguments
-    env_id: str = "BreakoutNoFrameskip-v4"
-    """the id of the Atari game (any ALE id: `BreakoutNoFrameskip-v4` has no sticky actions, `ALE/Breakout-v5` repeats the last action with probability 0.25)"""
-    total_timesteps: int = 10000000
-    """total timesteps of the experiments (agent steps: 4 emulator frames each)"""
     learning_rate: float = 2.5e-4
     """the learning rate of the optimizer"""
     num_envs: int = 1
@@ -81,6 +77,10 @@ class Args:
     """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
     hf_entity: str | None = None
     """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
+    env_id: str = "BreakoutNoFrameskip-v4"
+    """the id of the Atari game (any ALE id: `BreakoutNoFrameskip-v4` has no sticky actions, `ALE/Breakout-v5` repeats the last action with probability 0.25)"""
+    total_timesteps: int = 10000000
+    """total timesteps of the experiments (agent steps: 4 emulator frames each)"""
     checkpoint_interval: int = 0
     """environment steps between checkpoints in `runs/{run_name}/checkpoint.pt` (0 = off; needs cleanrl_utils)"""
     checkpoint_buffer: bool = False
@@ -305,7 +305,9 @@ if __name__ == "__main__":
                 rb.open[:] = False  # the buffer's open episodes were cut: the new ones start new runs of frames
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    progress = Progress(*Progress.get_default_columns(), "{task.fields[stats]}", disable=not sys.stdout.isatty())
+    progress = Progress(
+        *Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}", disable=not sys.stdout.isatty()
+    )
     progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
     progress.start()
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step

@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 import tyro
-from rich.progress import Progress
+from rich.progress import MofNCompleteColumn, Progress
 from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
@@ -26,10 +26,6 @@ gym.register_envs(ale_py)  # the ALE's ids: ALE/Breakout-v5, BreakoutNoFrameskip
 @dataclass
 class Args:
     # Algorithm specific arguments
-    env_id: str = "BreakoutNoFrameskip-v4"
-    """the id of the Atari game (any ALE id: `BreakoutNoFrameskip-v4`, `ALE/Breakout-v5`, or `module:EnvName-v0`)"""
-    total_timesteps: int = 10000000
-    """total timesteps of the experiments (agent steps: each is 4 frames of the game)"""
     learning_rate: float = 2.5e-4
     """the learning rate of the optimizer"""
     num_envs: int = 8
@@ -83,6 +79,10 @@ class Args:
     """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
     hf_entity: str | None = None
     """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
+    env_id: str = "BreakoutNoFrameskip-v4"
+    """the id of the Atari game (any ALE id: `BreakoutNoFrameskip-v4`, `ALE/Breakout-v5`, or `module:EnvName-v0`)"""
+    total_timesteps: int = 10000000
+    """total timesteps of the experiments (agent steps: each is 4 frames of the game)"""
     checkpoint_interval: int = 0
     """environment steps between checkpoints in `runs/{run_name}/checkpoint.pt` (0 = off; needs cleanrl_utils)"""
     resume: str | None = None
@@ -314,7 +314,9 @@ if __name__ == "__main__":
                 next_lstm_state, next_done = agent.initial_state(args.num_envs, device), torch.zeros_like(next_done)
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    progress = Progress(*Progress.get_default_columns(), "{task.fields[stats]}", disable=not sys.stdout.isatty())
+    progress = Progress(
+        *Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}", disable=not sys.stdout.isatty()
+    )
     progress_task = progress.add_task(args.exp_name, total=num_iterations * batch_size, completed=global_step, stats="")
     progress.start()
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import tyro
 from gymnasium.wrappers.utils import RunningMeanStd
-from rich.progress import Progress
+from rich.progress import MofNCompleteColumn, Progress
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
 
@@ -33,10 +33,6 @@ OBS_CLIP, REWARD_CLIP, NORM_EPSILON = 10.0, 10.0, 1e-8
 @dataclass
 class Args:
     # Algorithm specific arguments
-    env_id: str = "HalfCheetah-v4"
-    """the id of the environment (Gymnasium's MuJoCo v4/v5, `dm_control/cheetah-run-v0`, or `module:EnvName-v0`)"""
-    total_timesteps: int = 1000000
-    """total timesteps of the experiments"""
     learning_rate: float = 3e-4
     """the learning rate of the optimizer"""
     num_envs: int = 1
@@ -92,6 +88,10 @@ class Args:
     """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
     hf_entity: str | None = None
     """the user or organization of the Hugging Face Hub model repository (default: the token's user)"""
+    env_id: str = "HalfCheetah-v4"
+    """the id of the environment (Gymnasium's MuJoCo v4/v5, `dm_control/cheetah-run-v0`, or `module:EnvName-v0`)"""
+    total_timesteps: int = 1000000
+    """total timesteps of the experiments"""
     checkpoint_interval: int = 0
     """environment steps between checkpoints in `runs/{run_name}/checkpoint.pt` (0 = off; needs cleanrl_utils)"""
     resume: str | None = None
@@ -326,7 +326,9 @@ if __name__ == "__main__":
                 next_obs, discounted_returns = normalize_obs(raw_obs, obs_rms), np.zeros(args.num_envs)
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    progress = Progress(*Progress.get_default_columns(), "{task.fields[stats]}", disable=not sys.stdout.isatty())
+    progress = Progress(
+        *Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}", disable=not sys.stdout.isatty()
+    )
     progress_task = progress.add_task(args.exp_name, total=num_iterations * batch_size, completed=global_step, stats="")
     progress.start()
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step

@@ -28,7 +28,7 @@ A run's identity is a hash of the command as given (split into words, as a shell
     benchmark_logs/slurm/                 the job scripts, their task lists and Slurm's output files
 
 Re-running the same sweep skips the finished runs (a `done` marker whose run folder still exists), resumes the
-interrupted ones (a run folder holding `checkpoint.pt` or `checkpoint.pkl` and no `done` marker: the command gets
+interrupted ones (a run folder holding `checkpoint.pt` and no `done` marker: the command gets
 `--resume RUN_DIR`, so the same run folder continues) and starts the others afresh (a run folder an earlier attempt
 left without a checkpoint moves to `unfinished/`). To run a finished run again, delete its state folder. So after a crash, a Ctrl-C or a
 reboot, the same command picks up where the sweep stopped; adding seeds or env ids later runs only the new ones.
@@ -88,7 +88,7 @@ from pathlib import Path
 import tyro
 
 DEFAULT_SWEEP_DIR = "benchmark_logs"
-CHECKPOINT_FILES = ("checkpoint.pt", "checkpoint.pkl")
+CHECKPOINT = "checkpoint.pt"  # what cleanrl_utils.run_state writes in a run folder
 # the first line every cleanrl script prints; the run folder is what follows "TensorBoard logs in "
 RUN_DIR_LINE = re.compile(r"TensorBoard logs in (\S.*?)\s*$")
 PLACEHOLDER = re.compile(r"{{\s*(\w+)\s*}}")
@@ -261,7 +261,7 @@ class RunState:
         run_dir = self.run_dir()
         if run_dir is None:
             return None
-        return next((run_dir / name for name in CHECKPOINT_FILES if (run_dir / name).is_file()), None)
+        return run_dir / CHECKPOINT if (run_dir / CHECKPOINT).is_file() else None
 
     def finished(self) -> bool:
         """A `done` marker, and the run folder it names still there (a deleted run folder is run again)."""

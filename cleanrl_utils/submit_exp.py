@@ -578,8 +578,9 @@ def submit(cli: Cli):
 
 
 def checkpoints_under(folder: pathlib.Path) -> list[pathlib.Path]:
-    """checkpoint.pt (torch scripts) or checkpoint.pkl (JAX scripts) files under a folder."""
-    return sorted(p for p in folder.rglob("checkpoint.*") if p.suffix in (".pt", ".pkl") and p.is_file())
+    """The latest checkpoint of each run under a folder (cleanrl_utils.run_state writes `checkpoint.pt`; the
+    `checkpoint.prev.pt` beside it is the one before)."""
+    return sorted(p for p in folder.rglob("checkpoint.pt") if p.is_file())
 
 
 def run_in_container(spec: InContainer):

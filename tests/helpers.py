@@ -254,10 +254,13 @@ def sigterm_mid_run(script: str, flags: list[str], tmp_path: pathlib.Path, delay
     return run_dir, load_checkpoint(checkpoint_files(run_dir)[0])
 
 
-def check_sigterm_checkpoints_and_resumes(script: str, tmp_path: pathlib.Path, long_budget: int, resume_budget: int):
-    """SIGTERM mid-run: a checkpoint, exit code 143 and a line saying how to resume; resuming with a new
-    --total-timesteps then finishes."""
+def check_sigterm_checkpoints_and_resumes(script: str, tmp_path: pathlib.Path, long_budget: int, more_steps: int):
+    """SIGTERM mid-run: a checkpoint, exit code 143 and a line saying how to resume; resuming with a
+    --total-timesteps `more_steps` past the checkpoint then finishes, at that budget."""
     run_dir, checkpoint = sigterm_mid_run(script, ["--total-timesteps", str(long_budget)], tmp_path)
     assert 0 < checkpoint["global_step"] < long_budget
-    result = run_script(script, "--resume", str(run_dir), "--total-timesteps", str(resume_budget), cwd=tmp_path)
+    budget = checkpoint["global_step"] + more_steps
+    result = run_script(script, "--resume", str(run_dir), "--total-timesteps", str(budget), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert f"resuming {run_dir} at step {checkpoint['global_step']} of {budget}" in result.stdout
+    assert load_checkpoint(checkpoint_files(run_dir)[0])["finished"]  # the final checkpoint: it can be extended

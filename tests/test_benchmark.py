@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 from helpers import REPO, assert_clean_failure, load_checkpoint, run_dirs, run_utility, scalars, script_env
 
+# every test here starts a script or a utility in a new process
+pytestmark = pytest.mark.e2e
+
 PPO = f"{sys.executable} {REPO / 'cleanrl' / 'ppo.py'}"
 TEMPLATE = REPO / "benchmark" / "cleanrl_1gpu.slurm_template"
 
@@ -23,8 +26,6 @@ TEMPLATE = REPO / "benchmark" / "cleanrl_1gpu.slurm_template"
 FAKE_SCRIPT = """\
 import argparse, os, sys, time
 
-# every test here starts a script or a utility in a new process
-pytestmark = pytest.mark.e2e
 parser = argparse.ArgumentParser()
 for flag in ["--env-id", "--seed", "--checkpoint-interval", "--resume"]:
     parser.add_argument(flag)

@@ -195,7 +195,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
 
 @pytest.mark.e2e
 def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
-    check_sigterm_checkpoints_and_resumes("ppo.py", tmp_path, long_budget=200704, resume_budget=10240)
+    check_sigterm_checkpoints_and_resumes("ppo.py", tmp_path, long_budget=200704, more_steps=10240)
 
 
 @pytest.mark.parametrize(

@@ -358,7 +358,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, script):
 @pytest.mark.e2e
 def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
     # the default configuration (8 envs x 128 steps); the resumed run does one more rollout
-    check_sigterm_checkpoints_and_resumes("ppo_atari.py", tmp_path, long_budget=10_000_000, resume_budget=2048)
+    check_sigterm_checkpoints_and_resumes("ppo_atari.py", tmp_path, long_budget=10_000_000, more_steps=2048)
 
 
 BAD_INPUTS = [

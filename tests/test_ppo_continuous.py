@@ -482,7 +482,7 @@ def test_killed_run_resumes_to_the_same_weights_and_statistics(script, env_id, t
 
 @pytest.mark.e2e
 def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
-    check_sigterm_checkpoints_and_resumes("rpo_continuous_action.py", tmp_path, long_budget=1_000_000, resume_budget=8192)
+    check_sigterm_checkpoints_and_resumes("rpo_continuous_action.py", tmp_path, long_budget=1_000_000, more_steps=8192)
 
 
 @pytest.mark.e2e

@@ -288,7 +288,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, script):
 @pytest.mark.e2e
 @pytest.mark.parametrize("script", ["c51.py", "c51_jax.py"])
 def test_sigterm_checkpoints_and_exits_nonzero(tmp_path, script):
-    check_sigterm_checkpoints_and_resumes(script, tmp_path, long_budget=500000, resume_budget=30000)
+    check_sigterm_checkpoints_and_resumes(script, tmp_path, long_budget=500000, more_steps=30000)
 
 
 @pytest.mark.e2e
