@@ -319,9 +319,8 @@ if __name__ == "__main__":
                 next_obs, discounted_returns = normalize_obs(raw_obs, obs_rms), np.zeros(args.num_envs)
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    progress = Progress(
-        *Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}", disable=not sys.stdout.isatty()
-    )
+    columns = (*Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}")
+    progress = Progress(*columns, disable=not sys.stdout.isatty())  # a bar on a terminal, else the loop prints lines
     progress_task = progress.add_task(args.exp_name, total=num_iterations * batch_size, completed=global_step, stats="")
     progress.start()
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step

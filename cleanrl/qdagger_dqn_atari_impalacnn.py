@@ -410,9 +410,8 @@ if __name__ == "__main__":
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
     print(f"the teacher scores {teacher_mean:.1f} on average over {len(teacher_returns)} games: {teacher_returns}")
-    progress = Progress(
-        *Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}", disable=not sys.stdout.isatty()
-    )
+    columns = (*Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}")
+    progress = Progress(*columns, disable=not sys.stdout.isatty())  # a bar on a terminal, else the loop prints lines
     progress_task = progress.add_task(phase, total=None, stats="")
     progress.start()
 
