@@ -3,9 +3,6 @@ against a real ALE game, the buffer's memory, C51's projection and distributiona
 them (smoke with every flag, resume with and without the buffer, SIGTERM, bad inputs); the SIGTERM test covers
 rainbow_atari.py and the JAX twins too."""
 
-import signal
-import time
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -18,12 +15,11 @@ from helpers import (
     checkpoint_files,
     load_checkpoint,
     load_script,
-    only_run_dir,
     run_script,
     run_with_every_flag,
     scalar_tags,
     scalars,
-    start_script,
+    sigterm_mid_run,
 )
 
 from cleanrl_utils.buffers import FrameReplayBuffer
@@ -200,21 +196,6 @@ def test_killed_run_resumes_to_the_same_weights_with_the_buffer(tmp_path):
     assert checkpoint["state"]["rb"]["counts"][0] > 1200  # a frame per step, plus one per episode start
 
 
-def sigterm_once_training(script, flags, tmp_path):
-    """helpers.sigterm_mid_run, with the signal sent a second after the run's first line on stdout, which it prints
-    once its SIGTERM handler is in place: these scripts write their first TensorBoard file before they build their
-    envs and networks, which takes more than sigterm_mid_run's second on a loaded machine."""
-    process = start_script(script, *flags, "--checkpoint-interval", str(10**12), cwd=tmp_path)
-    assert "training to" in process.stdout.readline()
-    time.sleep(1.0)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
-    run_dir = only_run_dir(tmp_path)
-    assert f"--resume {run_dir.relative_to(tmp_path)}" in stderr
-    return run_dir, load_checkpoint(checkpoint_files(run_dir)[0])
-
-
 # the same behaviour in the whole value-based Atari family (their other tests are in their own modules)
 @pytest.mark.e2e
 @pytest.mark.parametrize("script", [*SCRIPTS, "rainbow_atari.py", "dqn_atari_jax.py", "c51_atari_jax.py"])
@@ -223,7 +204,7 @@ def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path, s
     resume. The resumed run continues the games where they were, refills an empty buffer for --learning-starts
     steps without an update, then learns on."""
     flags = ["--total-timesteps", "1000000", "--learning-starts", "300", *SMALL]
-    run_dir, checkpoint = sigterm_once_training(script, flags, tmp_path)
+    run_dir, checkpoint = sigterm_mid_run(script, flags, tmp_path)
     stopped = checkpoint["global_step"]
     assert 0 < stopped < 1_000_000 and checkpoint["state"]["rb"] is None and checkpoint["state"]["envs"] is not None
 
