@@ -41,6 +41,9 @@ def repo_name(env_id: str, exp_name: str, seed: int) -> str:
 def upload_repo_id(args) -> str:
     """What a script's `--upload-model` checks before training (a missing token must not cost a whole run): the
     repository id the upload will use, or one line on stderr saying how to make it possible, and exit code 2."""
+    if not args.save_model:
+        print("error: --upload-model uploads the model that --save-model saves: add --save-model", file=sys.stderr)
+        sys.exit(2)
     try:
         return check_upload(args.hf_entity, args.env_id, args.exp_name, args.seed)
     except ValueError as e:
@@ -147,9 +150,10 @@ def package_run(run_dir: pathlib.Path, episodic_returns: list[float], repo_id: s
     model_card(saved, episodic_returns, repo_id, command).save(folder / "README.md")
 
 
-def push(run_dir: pathlib.Path, episodic_returns: list[float], repo_id: str, command: str):
-    """Package the run and upload it as one commit. A failed upload ends the process with exit code 1 and says how to
+def push(run_dir: pathlib.Path, episodic_returns: list[float], repo_id: str, command: str | None = None):
+    """Package the run and upload it as one commit (`command`, the one that trained it, defaults to this process's). A failed upload ends the process with exit code 1 and says how to
     retry: the model is safe in the run folder, and the hours of training behind it need not be repeated."""
+    command = command or shlex.join(["python", *sys.argv])
     try:
         with tempfile.TemporaryDirectory() as folder:
             package_run(run_dir, episodic_returns, repo_id, command, pathlib.Path(folder))

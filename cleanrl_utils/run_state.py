@@ -26,7 +26,8 @@ here:
         run_state.finish(global_step, checkpoint_state)     # so the run can be extended with a larger budget
 
 A checkpoint entry is stored by what it is: an object with `state_dict()` (torch modules and optimizers, the
-scripts' replay buffers) by its state dict, loaded back in place; a numpy `Generator` by its bit generator's state;
+Atari replay buffers) by its state dict, loaded back in place; Stable-Baselines3's `ReplayBuffer` by its filled rows,
+loaded back in place; a numpy `Generator` by its bit generator's state;
 a Gymnasium `SyncVectorEnv` by its pickled sub-environments with their emulator or physics state (see
 `snapshot_envs`); anything else (the step counter, an observation, a JAX pytree) as it is, and it comes back on
 the CPU: a script moves a saved tensor back to its device. Python's, numpy's and
@@ -147,6 +148,9 @@ def load_checkpoint(args_class, args, script_file: str):
         refuse(
             f"{run_dir} finished its {done} steps; to extend it, give a --total-timesteps above {saved_args.total_timesteps}"
         )
+    if checkpoint["wandb_run_id"]:  # with --track, wandb.init reads these: the resumed run appends to its own W&B run
+        os.environ.setdefault("WANDB_RUN_ID", checkpoint["wandb_run_id"])
+        os.environ.setdefault("WANDB_RESUME", "allow")
     print(f"resuming {run_dir} at step {done} of {args.total_timesteps}", flush=True)
     return args, checkpoint
 
@@ -239,6 +243,9 @@ class RunState:
             elif isinstance(part, np.random.Generator):
                 part.bit_generator.state = saved[key]
                 values[key] = part
+            elif _is_sb3_replay_buffer(part):
+                _load_replay_buffer(part, saved[key])
+                values[key] = part
             elif hasattr(part, "load_state_dict"):
                 part.load_state_dict(saved[key])
                 values[key] = part
@@ -324,9 +331,27 @@ def _stored(part):
         return snapshot_envs(part)
     if isinstance(part, np.random.Generator):
         return part.bit_generator.state
+    if _is_sb3_replay_buffer(part):
+        filled = part.buffer_size if part.full else part.pos  # the rest is zeros: a partly filled buffer stores less
+        arrays = {name: value[:filled] for name, value in vars(part).items() if isinstance(value, np.ndarray)}
+        return {"pos": part.pos, "full": part.full, **arrays}
     if hasattr(part, "state_dict"):
         return part.state_dict()
     return part
+
+
+def _is_sb3_replay_buffer(part) -> bool:
+    """Stable-Baselines3's ReplayBuffer, which the non-Atari replay scripts use as upstream cleanrl does (a script
+    that uses it has imported it: this module does not)."""
+    buffers = sys.modules.get("stable_baselines3.common.buffers")
+    return buffers is not None and isinstance(part, buffers.ReplayBuffer)
+
+
+def _load_replay_buffer(buffer, state: dict):
+    for name, rows in state.items():
+        if isinstance(rows, np.ndarray):
+            getattr(buffer, name)[: len(rows)] = rows
+    buffer.pos, buffer.full = state["pos"], state["full"]
 
 
 def _holds_nan(value) -> bool:

@@ -160,6 +160,40 @@ def test_unpicklable_envs_are_not_saved_and_the_resume_says_so(run_dir, monkeypa
     assert "new episodes" in capsys.readouterr().err
 
 
+def test_a_stable_baselines3_replay_buffer_is_saved_by_its_filled_rows_and_restored_in_place(run_dir, monkeypatch):
+    from stable_baselines3.common.buffers import ReplayBuffer
+
+    def filled_buffer(transitions):
+        space = gym.spaces.Box(-1.0, 1.0, (3,))
+        buffer = ReplayBuffer(50, space, gym.spaces.Discrete(2), "cpu", n_envs=2, handle_timeout_termination=False)
+        for i in range(transitions):
+            obs = np.full((2, 3), i, np.float32)
+            buffer.add(obs, obs + 1, np.array([i % 2, 1]), np.array([i, -i], np.float32), np.array([i == 3, False]), [])
+        return buffer
+
+    run = Run(run_dir, Args())
+    saved_buffer = filled_buffer(7)
+    run.state.save(14, {"rb": saved_buffer}, finished=False)
+    stored = torch.load(run_dir / "checkpoint.pt", weights_only=False)["state"]["rb"]
+    assert stored["observations"].shape == (7, 2, 3) and stored["pos"] == 7  # the 18 empty rows are not stored
+    args, checkpoint = resume(run_dir, monkeypatch)
+    restored = filled_buffer(0)
+    assert Run(run_dir, args, checkpoint).state.restore({"rb": restored})["rb"] is restored
+    for name in ["observations", "next_observations", "actions", "rewards", "dones"]:
+        np.testing.assert_array_equal(getattr(restored, name), getattr(saved_buffer, name))
+    assert (restored.pos, restored.full) == (7, False)
+
+
+def test_a_resumed_run_appends_to_its_own_wandb_run(run_dir, monkeypatch):
+    run = Run(run_dir, Args())
+    monkeypatch.setitem(sys.modules, "wandb", type("wandb", (), {"run": type("run", (), {"id": "abc123"})}))
+    run.train(5)
+    monkeypatch.delenv("WANDB_RUN_ID", raising=False)
+    monkeypatch.delenv("WANDB_RESUME", raising=False)
+    resume(run_dir, monkeypatch)
+    assert (os.environ["WANDB_RUN_ID"], os.environ["WANDB_RESUME"]) == ("abc123", "allow")  # what wandb.init reads
+
+
 def test_checkpoints_at_each_interval_and_when_the_run_ends(run_dir):
     run = Run(run_dir, Args(checkpoint_interval=6))
     steps = []

@@ -226,7 +226,7 @@ def test_smoke_with_every_flag(tmp_path, script):
     assert checkpoint["global_step"] == 2000 + 48 * (script == "pqn.py")
     assert checkpoint["finished"] and checkpoint["script"] == script  # the run's final checkpoint
     if script != "pqn.py":  # the replay buffer travels with the checkpoint: 2,000 steps filled its 1,000 slots
-        assert checkpoint["state"]["rb"]["full"] and checkpoint["state"]["rb"]["obs"].shape == (1000, 4)
+        assert checkpoint["state"]["rb"]["full"] and checkpoint["state"]["rb"]["observations"].shape == (1000, 1, 4)
     assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
     tags = scalar_tags(run_dir)
     loss_tag = "losses/loss" if script.startswith("c51") else "losses/td_loss"
