@@ -45,7 +45,7 @@ def test_the_code_passes_ruff(command):
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-# DESIGN.md: the fields every script's Args has, same names everywhere (tools such as reproduce and enjoy rely on them)
+# CONTRIBUTING.md (the anatomy of a script): the fields every script's Args has, same names everywhere (tools such as reproduce and enjoy rely on them)
 COMMON_ARGS = [
     "exp_name",
     "seed",
