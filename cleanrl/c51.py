@@ -1,10 +1,8 @@
 # C51, categorical DQN (Bellemare et al. 2017), for discrete actions on vector observations; docs: README.md#c51py
 import glob
-import importlib
 import json
 import os
 import random
-import shlex
 import sys
 import time
 from collections import deque
@@ -14,9 +12,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 import tyro
-from rich.progress import MofNCompleteColumn, Progress
+from stable_baselines3.common.buffers import ReplayBuffer
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
 
 
 @dataclass
@@ -92,6 +91,7 @@ def fail(message: str):
 def make_env(env_id, idx, capture_video, run_name):
     def thunk():
         if capture_video and idx == 0:
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws rgb_array frames without a display
             env = gym.make(env_id, render_mode="rgb_array")
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
         else:
@@ -149,38 +149,12 @@ def project_distribution(next_pmfs, rewards, terminations, gamma, atoms):
     return target_pmfs
 
 
-class ReplayBuffer:
-    """A ring buffer of transitions in numpy arrays: cheap to add to every step (10,000 CartPole transitions: 0.4 MB)."""
-
-    def __init__(self, buffer_size, observation_space):
-        self.obs = np.zeros((buffer_size,) + observation_space.shape, dtype=observation_space.dtype)
-        self.next_obs = np.zeros_like(self.obs)  # the real next observation, also where an episode ended
-        self.actions = np.zeros(buffer_size, dtype=np.int64)
-        self.rewards, self.terminations = (np.zeros(buffer_size, dtype=np.float32) for _ in range(2))
-        self.buffer_size, self.pos, self.full = buffer_size, 0, False
-
-    def add(self, obs, next_obs, actions, rewards, terminations, infos):
-        """One vector step, a transition per environment. Where an episode ended, next_obs is already the next
-        episode's first observation: the transition's real next observation is in infos["final_obs"]."""
-        if "final_obs" in infos:
-            next_obs = next_obs.copy()
-            next_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
-        for i in range(len(obs)):
-            self.obs[self.pos], self.next_obs[self.pos], self.actions[self.pos] = obs[i], next_obs[i], actions[i]
-            self.rewards[self.pos], self.terminations[self.pos] = rewards[i], terminations[i]
-            self.pos = (self.pos + 1) % self.buffer_size
-            self.full = self.full or self.pos == 0
-
-    def sample(self, batch_size, device):
-        idx = np.random.randint(0, self.buffer_size if self.full else self.pos, size=batch_size)
-        fields = (self.obs, self.actions, self.next_obs, self.rewards, self.terminations)
-        return [torch.as_tensor(field[idx], device=device) for field in fields]
-
-    def state_dict(self):  # plain arrays and counters: a checkpoint loads without this script
-        return dict(vars(self))
-
-    def load_state_dict(self, state):
-        vars(self).update(state)
+def real_next_observations(next_obs, infos):
+    """Where an episode ended, next_obs is already the next episode's first one: the real one is infos["final_obs"]."""
+    real_next_obs = next_obs.copy()
+    if "final_obs" in infos:
+        real_next_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
+    return real_next_obs
 
 
 def check_args(args):
@@ -203,13 +177,8 @@ def check_args(args):
         fail(f"--v-min {args.v_min} must be below --v-max {args.v_max}")
     if args.batch_size > args.buffer_size:
         fail(f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
-    if args.upload_model and not args.save_model:
-        fail("--upload-model uploads the model that --save-model saves: add --save-model")
     try:
-        module, _, _ = args.env_id.rpartition(":")
-        if module:  # a user's own env: importing its module registers it, as gym.make would
-            importlib.import_module(module)
-        env = gym.make(args.env_id)
+        env = gym.make(args.env_id)  # a `module:EnvName-v0` id imports its module, which registers the env
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
     if not isinstance(env.observation_space, gym.spaces.Box) or not isinstance(env.action_space, gym.spaces.Discrete):
@@ -232,7 +201,7 @@ if __name__ == "__main__":
     if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import upload_repo_id
 
-        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without a usable Hub token
+        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     num_iterations = args.total_timesteps // args.num_envs  # vector steps
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
@@ -248,8 +217,6 @@ if __name__ == "__main__":
             sync_tensorboard=True,
             config=vars(args),
             name=run_name,
-            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
-            resume="allow",
             save_code=True,
         )
     # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
@@ -275,7 +242,15 @@ if __name__ == "__main__":
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=0.01 / args.batch_size, fused=True)
     target_network = QNetwork(envs, n_atoms=args.n_atoms, v_min=args.v_min, v_max=args.v_max).to(device)
     target_network.load_state_dict(q_network.state_dict())
-    rb = ReplayBuffer(args.buffer_size, envs.single_observation_space)
+    # the done flag stored is termination only: a truncated episode still bootstraps from its real last observation
+    rb = ReplayBuffer(
+        args.buffer_size,
+        envs.single_observation_space,
+        envs.single_action_space,
+        device,
+        args.num_envs,
+        handle_timeout_termination=False,
+    )
     global_step = 0
     obs, _ = envs.reset(seed=args.seed)
 
@@ -295,10 +270,8 @@ if __name__ == "__main__":
                 obs, _ = envs.reset(seed=args.seed + global_step)
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    columns = (*Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}")
-    progress = Progress(*columns, disable=not sys.stdout.isatty())  # a bar on a terminal, else the loop prints lines
-    progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
-    progress.start()
+    # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
+    progress = tqdm(total=num_iterations * args.num_envs, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
     report_every = max(1, num_iterations // 20)
 
@@ -323,18 +296,19 @@ if __name__ == "__main__":
                 recent_returns.append(episodic_return)
                 writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                 writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
-        # the done flag is termination only: a truncated episode still bootstraps from its last observation
-        rb.add(obs, next_obs, actions, rewards, terminations, infos)
+        rb.add(obs, real_next_observations(next_obs, infos), actions, rewards, terminations, infos)
         obs = next_obs
 
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
             if iteration % args.train_frequency == 0:
-                b_obs, b_actions, b_next_obs, b_rewards, b_terminations = rb.sample(args.batch_size, device)
+                data = rb.sample(args.batch_size)
                 with torch.no_grad():
-                    _, next_pmfs = target_network.get_action(b_next_obs)
-                    target_pmfs = project_distribution(next_pmfs, b_rewards, b_terminations, args.gamma, target_network.atoms)
-                _, old_pmfs = q_network.get_action(b_obs, b_actions)
+                    _, next_pmfs = target_network.get_action(data.next_observations)
+                    target_pmfs = project_distribution(
+                        next_pmfs, data.rewards.flatten(), data.dones.flatten(), args.gamma, target_network.atoms
+                    )
+                _, old_pmfs = q_network.get_action(data.observations, data.actions.flatten())
                 # cross-entropy between the projected target and the predicted distribution
                 loss = -(target_pmfs * old_pmfs.clamp(min=1e-5, max=1 - 1e-5).log()).sum(dim=1).mean()
 
@@ -358,13 +332,14 @@ if __name__ == "__main__":
         if iteration % 1000 == 0 or iteration % report_every == 0 or iteration == num_iterations:
             sps = int((global_step - start_step) / (time.time() - start_time))
             stats = f"{sps} SPS, return {np.mean(recent_returns):.1f}" if recent_returns else f"{sps} SPS"
-            progress.update(progress_task, completed=global_step, stats=stats)
+            progress.set_postfix_str(stats, refresh=False)
+            progress.update(global_step - progress.n)
             if progress.disable and (iteration % report_every == 0 or iteration == num_iterations):
                 print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 
-    progress.stop()
+    progress.close()
     if not all(p.isfinite().all() for p in q_network.parameters()):  # the loss is checked only where it is logged
         sys.exit(f"error: the loss turned non-finite before step {global_step}; stopping (no model saved)")
     if run_state:
@@ -374,31 +349,29 @@ if __name__ == "__main__":
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         # the support's size and range come with the weights: evaluation rebuilds the same network
         torch.save({"model_weights": q_network.state_dict(), "args": vars(args)}, model_path)
-        print(f"model saved to {model_path}")
         from cleanrl_utils.evals.c51_eval import evaluate
 
+        eval_seed = args.seed + 100_000  # episodes the training run never saw
         episodic_returns = evaluate(
             model_path,
             make_env,
             args.env_id,
-            eval_episodes=10,
-            run_name=f"{run_name}-eval",
-            Model=QNetwork,
-            device=device,
-            epsilon=0.05,
-            capture_video=args.capture_video,
-            seed=args.seed + 100_000,
+            10,
+            f"{run_name}-eval",
+            QNetwork,
+            device,
+            0.05,
+            args.capture_video,
+            eval_seed,
+            writer,
         )
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(f"evaluation over 10 episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
 
     envs.close()
     writer.close()
     if args.upload_model:  # after the envs close, so the last videos are complete
         from cleanrl_utils.huggingface import push
 
-        push(run_dir, episodic_returns, hf_repo_id, command=shlex.join(["python", *sys.argv]))
+        push(run_dir, episodic_returns, hf_repo_id)
     if args.track and args.capture_video:
         for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
             wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})

@@ -3,7 +3,6 @@ import glob
 import json
 import os
 import random
-import shlex
 import sys
 import time
 from collections import deque
@@ -14,10 +13,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 import tyro
-from rich.progress import MofNCompleteColumn, Progress
 from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
 
 gym.register_envs(ale_py)  # the ALE's ids: ALE/Breakout-v5, BreakoutNoFrameskip-v4, ...
 
@@ -126,7 +125,8 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class Agent(nn.Module):
-    """The Nature CNN (Mnih et al. 2015) shared by the policy and the value heads."""
+    """The Nature CNN (Mnih et al. 2015) shared by the policy and the value heads. Frames travel and are stored as uint8
+    (4x smaller than float32), scaled to [0, 1] only in the network's input."""
 
     def __init__(self, envs):
         super().__init__()
@@ -144,22 +144,17 @@ class Agent(nn.Module):
         self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1)
 
-    def hidden(self, x):
-        # frames travel and are stored as uint8 (4x smaller than float32); scaled to [0, 1] only here
-        return self.network(x / 255.0)
-
     def get_value(self, x):
-        return self.critic(self.hidden(x))
+        return self.critic(self.network(x / 255.0))
 
     def get_action(self, x):
-        """Sample one action per observation: all that acting needs, so the per-step path stays short."""
-        logits = self.actor(self.hidden(x))
+        logits = self.actor(self.network(x / 255.0))
         # Gumbel-max: argmax(logits + Gumbel noise) samples softmax(logits) at a fraction of torch.distributions' cost
         return (logits - torch.empty_like(logits).exponential_().log()).argmax(dim=-1)
 
     def evaluate_actions(self, x, action):
         """Log-probability and entropy of the given actions under the current policy, and the state values."""
-        hidden = self.hidden(x)
+        hidden = self.network(x / 255.0)
         log_probs = self.actor(hidden).log_softmax(dim=-1)
         logprob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(dim=-1)
@@ -195,21 +190,12 @@ def check_args(args):
         fail(f"--num-minibatches {args.num_minibatches} must divide --num-envs * --num-steps = {batch_size}; pick a divisor")
     if args.total_timesteps < batch_size:
         fail(f"--total-timesteps {args.total_timesteps} is less than one rollout (--num-envs * --num-steps = {batch_size})")
-    if args.upload_model and not args.save_model:
-        fail("--upload-model uploads the model that --save-model saves: add --save-model")
     try:
-        env = gym.make(args.env_id)  # a `module:EnvName-v0` id: gym.make imports the module, which registers it
+        env = gym.make(args.env_id)  # a `module:EnvName-v0` id imports its module, which registers the env
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
     if not hasattr(env.unwrapped, "ale"):  # the preprocessing reads the ALE's lives and action meanings
-        fail(
-            f"--env-id {args.env_id} is not an Atari game (its observations are {env.observation_space}, not the screen "
-            f"of the ALE); {os.path.basename(__file__)} needs one: use ppo.py for it"
-        )
-    if not isinstance(env.action_space, gym.spaces.Discrete):
-        fail(
-            f"--env-id {args.env_id} has a {env.action_space} action space; {os.path.basename(__file__)} needs a Discrete one"
-        )
+        fail(f"--env-id {args.env_id} is not an Atari game; {os.path.basename(__file__)} needs one (use ppo.py for it)")
     env.close()
 
 
@@ -224,7 +210,7 @@ if __name__ == "__main__":
     if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import upload_repo_id
 
-        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without a usable Hub token
+        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     batch_size = args.num_envs * args.num_steps
     minibatch_size, num_iterations = batch_size // args.num_minibatches, args.total_timesteps // batch_size
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
@@ -241,8 +227,6 @@ if __name__ == "__main__":
             sync_tensorboard=True,
             config=vars(args),
             name=run_name,
-            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
-            resume="allow",
             save_code=True,
         )
     # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
@@ -266,8 +250,7 @@ if __name__ == "__main__":
     agent = Agent(envs).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # fused: one kernel a step
 
-    # ALGO Logic: Storage setup, in numpy: a write per step is far cheaper than into a tensor. Frames stay uint8: 29 MB
-    # for 8 envs x 128 steps, not 116
+    # ALGO Logic: Storage setup, in numpy: a write per step is far cheaper than into a tensor. Frames stay uint8 (4x smaller)
     obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=np.uint8)
     actions = np.zeros((args.num_steps, args.num_envs), dtype=np.int64)
     rewards, terminations, episode_ends = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32) for _ in range(3))
@@ -290,10 +273,8 @@ if __name__ == "__main__":
                 next_obs, _ = envs.reset(seed=args.seed + global_step)
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    columns = (*Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}")
-    progress = Progress(*columns, disable=not sys.stdout.isatty())  # a bar on a terminal, else the loop prints lines
-    progress_task = progress.add_task(args.exp_name, total=num_iterations * batch_size, completed=global_step, stats="")
-    progress.start()
+    # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
+    progress = tqdm(total=num_iterations * batch_size, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
 
     for iteration in range(global_step // batch_size + 1, num_iterations + 1):
@@ -411,35 +392,33 @@ if __name__ == "__main__":
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
         stats = f"{sps} SPS, return {np.mean(recent_returns):.1f}" if recent_returns else f"{sps} SPS"
-        progress.update(progress_task, completed=global_step, stats=stats)
+        progress.set_postfix_str(stats, refresh=False)
+        progress.update(global_step - progress.n)
         if progress.disable and (iteration % max(1, num_iterations // 20) == 0 or iteration == num_iterations):
             print(f"step {global_step}/{num_iterations * batch_size}, {stats}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 
-    progress.stop()
+    progress.close()
     if run_state:
         run_state.finish(global_step, checkpoint_state)
 
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         torch.save(agent.state_dict(), model_path)
-        print(f"model saved to {model_path}")
         from cleanrl_utils.evals.ppo_eval import evaluate
 
+        eval_seed = args.seed + 100_000  # episodes the training run never saw
         episodic_returns = evaluate(
-            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Agent, device, args.capture_video, args.seed + 100_000
+            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Agent, device, args.capture_video, eval_seed, writer
         )
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(f"evaluation over 10 games: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
 
     envs.close()
     writer.close()
     if args.upload_model:  # after the envs close, so the last videos are complete
         from cleanrl_utils.huggingface import push
 
-        push(run_dir, episodic_returns, hf_repo_id, command=shlex.join(["python", *sys.argv]))
+        push(run_dir, episodic_returns, hf_repo_id)
     if args.track and args.capture_video:
         for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
             wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})

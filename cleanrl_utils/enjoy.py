@@ -22,6 +22,9 @@ import tyro
 
 from cleanrl_utils.reproduce import CLEANRL_SCRIPTS
 
+# every script evaluates its saved model on seed `args.seed + 100_000`: episodes its training never saw
+EVAL_SEED_OFFSET = 100_000
+
 # script -> (evaluator module, the script's network class, whether the evaluator runs torch on a device)
 EVALUATORS = {
     "ppo": ("cleanrl_utils.evals.ppo_eval", "Agent", True),
@@ -62,8 +65,9 @@ class Args:
     """the environment to play; default: the one the model was trained on (args.json beside the model)"""
     eval_episodes: int = 10
     """how many full episodes to play"""
-    seed: int = 1
-    """seed of the evaluation episodes (and the exploration epsilon of value-based evaluators)"""
+    seed: int | None = None
+    """seed of the evaluation episodes (and the exploration epsilon of value-based evaluators); default: the run's own
+    evaluation seed (its --seed + 100000, from args.json beside the model), or 1 without args.json"""
     capture_video: bool = False
     """record the episodes into `videos/{env_id}__{exp_name}__enjoy__{time}`"""
     cuda: bool = True
@@ -115,9 +119,20 @@ def main():
         fail(f"no args.json beside {model_path}: pass --exp-name (the script that trained it) and --env-id")
     if exp_name not in EVALUATORS:
         fail(f"--exp-name {exp_name}: no evaluator for it; one of {', '.join(EVALUATORS)}")
+    if args.seed is not None:
+        seed, seed_origin = args.seed, "--seed"
+    elif saved is not None:
+        seed = saved["args"]["seed"] + EVAL_SEED_OFFSET
+        seed_origin = f"the run's own evaluation seed: its --seed {saved['args']['seed']} + {EVAL_SEED_OFFSET}"
+    else:
+        seed, seed_origin = 1, "the default without args.json"
 
     import gymnasium as gym
 
+    if args.capture_video:  # before the first env is made: MuJoCo chooses how to render when it is first imported
+        from cleanrl_utils.rendering import render_offscreen
+
+        render_offscreen(env_id)
     evaluator_module, model_class, uses_torch = EVALUATORS[exp_name]
     script = load_script(exp_name)
     try:  # the script's own make_env registers what its ids need (a user's `module:` env, dm_control through Shimmy)
@@ -129,8 +144,9 @@ def main():
     if uses_torch:
         import torch
 
-        torch.manual_seed(args.seed)  # a stochastic policy samples from torch's generator: same seed, same episodes
+        torch.manual_seed(seed)  # a stochastic policy samples from torch's generator: same seed, same episodes
         device_kwargs["device"] = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    print(f"playing {args.eval_episodes} episodes of {env_id} with seed {seed} ({seed_origin})", flush=True)
     try:
         episodic_returns = importlib.import_module(evaluator_module).evaluate(
             str(model_path),
@@ -140,7 +156,7 @@ def main():
             run_name=f"{env_id}__{exp_name}__enjoy__{int(time.time())}",
             Model=getattr(script, model_class),
             capture_video=args.capture_video,
-            seed=args.seed,
+            seed=seed,
             **device_kwargs,
         )
     except (RuntimeError, ValueError, KeyError) as e:  # the weights do not fit this script's network on this env

@@ -8,11 +8,13 @@ the first second, not after hours), `package_run` + `push` after the evaluation.
     args.json                  the resolved Args (cleanrl_utils.reproduce re-runs it)
     events.out.tfevents.*      the TensorBoard logs (the Hub shows them in its metrics tab)
     videos/*.mp4, replay.mp4   the training videos and the last evaluation episode, when --capture-video was on
-    README.md                  a model card: the evaluation as model-index metadata, the command, the hyperparameters
+    README.md                  a model card: the license (MIT) and the evaluation as metadata, how to install the
+                               project (clone, `uv sync` with the env family's extra) and play the model, the
+                               command, the hyperparameters
 
 An existing run can be published after the fact (or a failed upload retried):
 `python -m cleanrl_utils.huggingface runs/<run> --hf-entity me`; add `--local-dir out/` to write the files without
-uploading them.
+uploading them (the card names the repository, so --hf-entity is needed there too).
 """
 
 import json
@@ -20,6 +22,7 @@ import pathlib
 import shlex
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -30,6 +33,21 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from cleanrl_utils.reproduce import CLEANRL_SCRIPTS, reproducing_flags
+
+
+def project_clone_url() -> str | None:
+    """Where this checkout of cleanrl came from (its git remote): a reader of the model card gets the same code there.
+    None when the checkout has no remote (or is no git checkout)."""
+    try:
+        remote = subprocess.run(
+            ["git", "-C", str(pathlib.Path(__file__).resolve().parent.parent), "config", "--get", "remote.origin.url"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return remote.stdout.strip() or None
 
 
 def repo_name(env_id: str, exp_name: str, seed: int) -> str:
@@ -66,10 +84,53 @@ def check_upload(hf_entity: str | None, env_id: str, exp_name: str, seed: int) -
     return f"{hf_entity}/{repo_name(env_id, exp_name, seed)}"
 
 
+def extras_for(script: str, env_id: str) -> list[str]:
+    """The project's extras (pyproject.toml's optional dependencies) that playing a model of `script` on `env_id`
+    needs beyond the core install: its environment family's, and `jax` for a JAX script."""
+    stem = script.removesuffix(".py")
+    extras = []
+    if "atari" in stem or env_id.startswith("ALE/") or "NoFrameskip" in env_id:
+        extras.append("atari")
+    elif env_id.startswith("dm_control/"):
+        extras.append("dm_control")
+    elif ":" not in env_id:  # Gymnasium registers its MuJoCo tasks whether mujoco is installed or not
+        import gymnasium as gym
+
+        try:
+            if "mujoco" in str(gym.spec(env_id).entry_point):
+                extras.append("mujoco")
+        except gym.error.Error:  # an id Gymnasium does not know (a package registers it): nothing to add
+            pass
+    if stem.endswith("_jax"):
+        extras.append("jax")
+    return extras
+
+
+def install_steps(script: str, env_id: str) -> str:
+    """The model card's install section: clone the project, and sync the core with the extras the model needs."""
+    sync = shlex.join(
+        ["uv", "sync", "--no-dev", *(token for extra in extras_for(script, env_id) for token in ("--extra", extra))]
+    )
+    url = project_clone_url()
+    clone = f"git clone {url} cleanrl" if url else "# get a clone of the cleanrl repository this model was trained with"
+    steps = f"""```bash
+{clone}
+cd cleanrl
+{sync}
+```"""
+    if ":" in env_id:  # `module:Env-v0`: the module registers the env, and it is not part of the project
+        steps += (
+            f"\n\nThe environment comes from the module `{env_id.split(':')[0]}`, which is not part of cleanrl: put it "
+            "where Python finds it (e.g. on `PYTHONPATH`) before playing the model."
+        )
+    return steps
+
+
 def model_card(saved: dict, episodic_returns: list[float], repo_id: str, command: str) -> ModelCard:
     args = saved["args"]
     mean, std = statistics.fmean(episodic_returns), statistics.pstdev(episodic_returns)
     card_data = ModelCardData(
+        license="mit",
         library_name="cleanrl",
         tags=[args["env_id"], "deep-reinforcement-learning", "reinforcement-learning", "custom-implementation"],
         model_name=args["exp_name"],
@@ -102,10 +163,20 @@ environment steps (seed {args["seed"]}).
 
 Mean return over {len(episodic_returns)} evaluation episodes: **{mean:.2f} +/- {std:.2f}** (population std).
 
+## Install
+
+With Python >= 3.10 and [uv](https://docs.astral.sh/uv/): the project, and the core of its dependencies with what this
+model needs (`--no-dev` leaves out the test tools):
+
+{install_steps(saved["script"], args["env_id"])}
+
 ## Use it
 
-```
-python -m cleanrl_utils.enjoy --exp-name {saved["script"][: -len(".py")]} --env-id {args["env_id"]} --hf-repo {repo_id}
+From the repository's root: download this model and play it (10 episodes, by default with the seed of the evaluation
+above, the run's `--seed` + 100000):
+
+```bash
+uv run --no-dev python -m cleanrl_utils.enjoy --exp-name {saved["script"][: -len(".py")]} --env-id {args["env_id"]} --hf-repo {repo_id}
 ```
 
 ## Command that trained it
@@ -176,7 +247,7 @@ class Cli:
     run_dir: tyro.conf.Positional[pathlib.Path]
     """a run folder written with --save-model (holds args.json and the .cleanrl_model)"""
     hf_entity: str | None = None
-    """the user or organization that owns the repository (default: the token's user)"""
+    """the user or organization that owns the repository (default: the token's user; needed with --local-dir)"""
     local_dir: pathlib.Path | None = None
     """write the repository's files (model card included) into this folder instead of uploading, to look first"""
 
@@ -194,8 +265,10 @@ def main():
         episodic_returns = [event.value for event in accumulator.Scalars("eval/episodic_return")]
         if cli.local_dir is None:
             repo_id = check_upload(cli.hf_entity, args["env_id"], args["exp_name"], args["seed"])
-        else:  # nothing leaves the machine: no token needed
-            repo_id = f"{cli.hf_entity or '<your-user>'}/{repo_name(args['env_id'], args['exp_name'], args['seed'])}"
+        elif cli.hf_entity is None:  # nothing leaves the machine, so the Hub is not asked who the token's user is
+            raise ValueError("--local-dir: pass --hf-entity too (the owner of the repository, whose id the model card names)")
+        else:
+            repo_id = f"{cli.hf_entity}/{repo_name(args['env_id'], args['exp_name'], args['seed'])}"
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -1,21 +1,29 @@
-"""The benchmark report from local runs (no W&B): learning curves with confidence bands, and a table of final returns.
+"""The benchmark report from local runs (no W&B): learning curves with bands over seeds, and a table of final returns.
 
-    uv run python -m cleanrl_utils.plot --runs runs/ --env-ids CartPole-v1 Acrobot-v1 --output benchmark/results/ppo
+    uv run python -m cleanrl_utils.plot --runs runs/ --env-ids CartPole-v1 Acrobot-v1    # writes plots/report*
+    uv run python -m cleanrl_utils.plot --exp-names ppo --total-timesteps 500000 --output plots/ppo_500k
 
 A run is a folder holding `events.out.tfevents.*` anywhere under a `--runs` folder (searched recursively: env ids
 such as `ALE/Pong-v5` hold a `/`). Its script, exp_name, env id, seed and budget come from the `args.json` every
 cleanrl script writes there; a run without one is refused rather than guessed from its folder name, which holds no
-budget and no script. Runs are grouped by (exp_name, env id, budget), so `--exp-name` variants of one script, and
-runs of one script at different `--total-timesteps`, are compared side by side; each seed is one run (a seed found
-twice in a group is refused: pass the folders to keep to `--runs`).
+budget and no script. `--exp-names`, `--env-ids` and `--total-timesteps` select runs; the selected runs are grouped by
+(exp_name, env id, budget), so `--exp-name` variants of one script, and runs of one script at different
+`--total-timesteps`, are compared side by side. Each seed counts once: where a group holds a seed twice (a run
+repeated), the most recent run of it (by the unix time that ends its folder's name) is kept, and one line says which
+folders were left out. Runs that are not selected are never looked at beyond their args.json.
 
-Writes, creating parent folders:
+Writes, creating parent folders (default `--output plots/report`: under the current folder, nothing tracked in the
+repository is overwritten unless its name is given, e.g. `--output benchmark/results/ppo`):
 - `{output}_{env_id}.png` per env (`/` and other unsafe characters of the id become `_`): one line per exp_name
   (and budget, where an exp_name has several),
   against environment steps (left) and wall time since the run's first TensorBoard event (right). Each run's curve
   is the trailing mean of its last `--smooth` logged values, interpolated linearly onto 200 points spanning the
-  range that every run of the line covers (never extrapolated). The line is the mean over runs, the band its 95%
-  Student-t confidence interval (sample std, n - 1 degrees of freedom); a single seed gets no band.
+  range that every run of the line covers (never extrapolated). The line is the mean over runs. The band, named in
+  the legend and the caption: with 3 seeds or more the mean's 95% Student-t confidence interval (sample std, n - 1
+  degrees of freedom), clipped to the range the seeds' curves span (with 3-5 seeds t is 2.8-4.3 and the interval
+  can reach far past every seed, squashing the curves); with 2 seeds, whose t interval is 6.4 times their distance
+  on either side, the min-max of the two; a single seed gets none. The axes are named for people ("episodic
+  return", "environment steps", "wall time (minutes)"); the caption names the TensorBoard tag.
 - `{output}.md`: per group, the final return: each run's mean of its last `--last-n` logged values, then
   mean +- std over runs, where std is the population std (ddof=0, as in cleanrl's published tables); the number of
   seeds, the budget (`total_timesteps`) and, from `--reference-csv` (default: benchmark/reference_scores.csv in the
@@ -28,6 +36,7 @@ import json
 import re
 import shlex
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,18 +50,26 @@ DEFAULT_REFERENCE_CSV = "benchmark/reference_scores.csv"
 REFERENCE_COLUMNS = {"script", "env_id", "mean", "std", "total_timesteps", "source"}
 GRID_POINTS = 200
 CONFIDENCE = 0.95
+# axis labels of the tags the scripts log whose last part alone would not read well
+HUMAN_NAMES = {
+    "charts/episodic_length": "episode length",
+    "charts/SPS": "steps per second",
+    "eval/episodic_return": "evaluation episodic return",
+}
 
 
 @dataclass
 class Args:
-    output: str
-    """where to write: `{output}.md` and `{output}_{env_id}.png`, e.g. benchmark/results/ppo"""
+    output: str = "plots/report"
+    """where to write: `{output}.md` and `{output}_{env_id}.png` (a file prefix, relative to the current folder)"""
     runs: list[str] = field(default_factory=lambda: ["runs"])
     """folders holding the run folders (searched recursively)"""
     env_ids: list[str] | None = None
     """only these environments (default: every one found)"""
     exp_names: list[str] | None = None
     """only these experiments, by exp_name (default: every one found)"""
+    total_timesteps: list[int] | None = None
+    """only runs of these budgets, by their --total-timesteps (default: every one found)"""
     metric: str = "charts/episodic_return"
     """the TensorBoard scalar tag to plot and tabulate"""
     last_n: int = 100
@@ -86,12 +103,15 @@ class Curve:
 
 @dataclass
 class Band:
-    """What one experiment's line in a figure shows: the mean over its seeds on a grid, and the confidence band."""
+    """What one experiment's line in a figure shows: the mean over its seeds on a grid, and the band around it
+    (`low`..`high`, None for a single seed), which `kind` names for the legend."""
 
     seeds: int
     grid: np.ndarray
     mean: np.ndarray
-    half_width: np.ndarray | None
+    low: np.ndarray | None
+    high: np.ndarray | None
+    kind: str
 
 
 def fail(message: str):
@@ -134,6 +154,25 @@ def mean_and_confidence(curves: np.ndarray, confidence: float = CONFIDENCE) -> t
     return mean, t * curves.std(axis=0, ddof=1) / np.sqrt(n)
 
 
+def spread(curves: np.ndarray, confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, str]:
+    """Mean over runs (the rows), and the band to draw around it, with its name for the legend: from 3 runs the
+    Student-t confidence interval, clipped to the range the runs span (a t interval of 3 seeds is +-2.5 sample
+    stds: it can reach far past every seed, and a 2-seed one past 6 times their distance); for 2 runs their min-max;
+    for 1 none."""
+    mean, half_width = mean_and_confidence(curves, confidence)
+    if half_width is None:
+        return mean, None, None, "no band"
+    low, high = curves.min(axis=0), curves.max(axis=0)
+    if len(curves) == 2:
+        return mean, low, high, "band: min-max"
+    return mean, np.maximum(mean - half_width, low), np.minimum(mean + half_width, high), f"band: {confidence:.0%} CI"
+
+
+def human_name(tag: str) -> str:
+    """An axis label for people: `charts/episodic_return` -> `episodic return`, `losses/value_loss` -> `value loss`."""
+    return HUMAN_NAMES.get(tag, tag.rsplit("/", 1)[-1].replace("_", " "))
+
+
 def find_run_dirs(roots: list[str]) -> list[Path]:
     found = {}  # resolved path -> path as given, so overlapping --runs folders count each run once
     for root in roots:
@@ -162,21 +201,62 @@ def read_run(path: Path) -> Run:
         fail(f"{args_path}: not a cleanrl args.json ({type(e).__name__}: {e})")
 
 
-def select(runs: list[Run], exp_names: list[str] | None, env_ids: list[str] | None, roots: list[str]) -> list[Run]:
+def select(
+    runs: list[Run],
+    exp_names: list[str] | None,
+    env_ids: list[str] | None,
+    roots: list[str],
+    budgets: list[int] | None = None,
+) -> list[Run]:
     # experiments first, so that an env asked for but holding none of the asked experiments is an error too
-    for flag, wanted, key in (("--exp-names", exp_names, "exp_name"), ("--env-ids", env_ids, "env_id")):
+    selected_by = []
+    for flag, wanted, key in (
+        ("--exp-names", exp_names, "exp_name"),
+        ("--env-ids", env_ids, "env_id"),
+        ("--total-timesteps", budgets, "total_timesteps"),
+    ):
         if wanted is None:
             continue
         found = {getattr(run, key) for run in runs}
-        missing = [name for name in wanted if name not in found]
+        missing = [str(name) for name in wanted if name not in found]
         if missing:
+            of_selected = f" (of the selected {' and '.join(selected_by)})" if selected_by else ""
             fail(
-                f"{flag} {' '.join(missing)}: no runs of it under {' '.join(roots)}"
-                f"{' (of the selected --exp-names)' if flag == '--env-ids' and exp_names else ''}; "
-                f"found: {', '.join(sorted(found))}"
+                f"{flag} {' '.join(missing)}: no runs of it under {' '.join(roots)}{of_selected}; "
+                f"found: {', '.join(map(str, sorted(found)))}"
             )
         runs = [run for run in runs if getattr(run, key) in wanted]
+        selected_by.append(flag)
     return runs
+
+
+def run_time(path: Path) -> float:
+    """When a run started: the unix time that ends its folder's name ({env_id}__{exp_name}__{seed}__{unix_time}), or,
+    for a folder renamed by hand, the time it was last changed."""
+    try:
+        return int(path.name.rsplit("__", 1)[-1])
+    except ValueError:
+        return path.stat().st_mtime
+
+
+def keep_latest_seeds(runs: list[Run]) -> tuple[list[Run], str | None]:
+    """Each seed counts once in its (exp_name, env id, budget): of a seed run twice, the most recent run is kept.
+    Returns the runs kept, and one line naming the folders left out and why (None if none were)."""
+
+    def seed_of(run: Run) -> tuple:
+        return run.exp_name, run.env_id, run.total_timesteps, run.seed
+
+    latest = {seed_of(run): run for run in sorted(runs, key=lambda run: (run_time(run.path), str(run.path)))}
+    left_out = [
+        f"{run.path} ({run.exp_name} on {run.env_id}, {run.total_timesteps} steps, seed {run.seed}: older than "
+        f"{latest[seed_of(run)].path})"
+        for run in runs
+        if latest[seed_of(run)] is not run
+    ]
+    kept = [run for run in runs if latest[seed_of(run)] is run]
+    if not left_out:
+        return kept, None
+    return kept, f"Left out {len(left_out)} older run(s) of a repeated seed (a seed counts once): {'; '.join(left_out)}."
 
 
 def load_curve(run: Run, metric: str) -> Curve:
@@ -236,39 +316,40 @@ def seed_band(curves: list[Curve], axis: str, smooth: int, name: str) -> Band:
     if grid is None:
         fail(f"{name}: its runs share no range of {axis} to plot over (a run logged one value?)")
     smoothed = [trailing_mean(curve.values, smooth) for curve in curves]
-    mean, half = mean_and_confidence(np.array([interpolate(grid, x, y) for x, y in zip(xs, smoothed)]))
-    return Band(len(curves), grid, mean, half)
+    return Band(len(curves), grid, *spread(np.array([interpolate(grid, x, y) for x, y in zip(xs, smoothed)])))
 
 
-def plot_env(env_id: str, lines: dict[str, dict[str, Band]], metric: str, smooth: int, path: Path):
+def band_caption(smooth: int, metric: str, quote: str = "`") -> str:
+    """What a figure's line and band are, and the tag behind them: the figure's caption (quote="") and the report's."""
+    return (
+        f"Line: the mean over seeds of each seed's trailing mean of {smooth} logged values of {quote}{metric}{quote}. "
+        f"Band: with 3 seeds or more the mean's {CONFIDENCE:.0%} Student-t confidence interval, clipped to the range of "
+        "the seeds' curves; with 2 seeds their min-max; none for 1 seed."
+    )
+
+
+def plot_env(env_id: str, lines: dict[str, dict[str, Band]], metric: str, smooth: int, path: Path) -> Figure:
     # the object-oriented Figure needs no pyplot and no backend choice: it renders with Agg, display or not
     fig = Figure(figsize=(12, 4.8), layout="constrained")
     ax_steps, ax_time = fig.subplots(1, 2, sharey=True)
     unit, unit_seconds = time_unit(max(bands["seconds"].grid[-1] for bands in lines.values()))
     for exp_name, bands in lines.items():
         seeds = bands["steps"].seeds
-        label = f"{exp_name} ({seeds} seeds)" if seeds > 1 else f"{exp_name} (1 seed: no band)"
+        label = f"{exp_name} ({seeds} seed{'s' if seeds > 1 else ''}; {bands['steps'].kind})"
         for ax, band, scale in ((ax_steps, bands["steps"], 1.0), (ax_time, bands["seconds"], unit_seconds)):
             (line,) = ax.plot(band.grid / scale, band.mean, label=label)
-            if band.half_width is not None:
-                ax.fill_between(
-                    band.grid / scale,
-                    band.mean - band.half_width,
-                    band.mean + band.half_width,
-                    color=line.get_color(),
-                    alpha=0.2,
-                    linewidth=0,
-                )
-    ax_steps.set(xlabel="environment steps", ylabel=metric)
+            if band.low is not None:
+                ax.fill_between(band.grid / scale, band.low, band.high, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax_steps.set(xlabel="environment steps", ylabel=human_name(metric))
     ax_time.set(xlabel=f"wall time ({unit})")
     ax_steps.legend()
     for ax in (ax_steps, ax_time):
         ax.grid(alpha=0.3)
-    fig.suptitle(
-        f"{env_id}: mean over seeds, shaded {CONFIDENCE:.0%} Student-t confidence interval; "
-        f"each seed's curve a trailing mean of {smooth} values"
-    )
+    fig.suptitle(env_id)
+    # the caption says what the line and the band are, and the exact tag behind the y axis
+    fig.supxlabel(textwrap.fill(band_caption(smooth, metric, quote=""), 150), fontsize="small")
     fig.savefig(path, dpi=100)
+    return fig
 
 
 def mean_pm_std(values) -> str:
@@ -283,7 +364,12 @@ def main():
     if args.output.endswith(("/", "\\")):
         fail(f"--output {args.output}: give a file prefix, e.g. {args.output.rstrip('/')}/ppo")
     references = read_references(args.reference_csv)
-    runs = select([read_run(path) for path in find_run_dirs(args.runs)], args.exp_names, args.env_ids, args.runs)
+    runs = select(
+        [read_run(path) for path in find_run_dirs(args.runs)], args.exp_names, args.env_ids, args.runs, args.total_timesteps
+    )
+    runs, left_out = keep_latest_seeds(runs)
+    if left_out:
+        print(left_out, flush=True)
 
     # (exp_name, env_id, budget) -> its runs, in the order --env-ids gave the envs
     env_order = list(dict.fromkeys(args.env_ids)) if args.env_ids else sorted({run.env_id for run in runs})
@@ -294,13 +380,6 @@ def main():
         scripts = sorted({run.script for run in group})
         if len(scripts) > 1:
             fail(f"the runs named {exp_name} on {env_id} come from different scripts ({', '.join(scripts)}); use --exp-names")
-        for seed in sorted({run.seed for run in group}):
-            repeats = [str(run.path) for run in group if run.seed == seed]
-            if len(repeats) > 1:
-                fail(
-                    f"{exp_name} on {env_id}, {budget} steps, seed {seed}: {len(repeats)} runs ({', '.join(repeats)}); "
-                    "a seed counts once, so pass the folders to keep to --runs"
-                )
     budgets_per_line = {(exp_name, env_id): set() for exp_name, env_id, _ in groups}
     for exp_name, env_id, budget in groups:
         budgets_per_line[exp_name, env_id].add(budget)
@@ -358,7 +437,9 @@ def main():
     figures = [f"![{env_id}]({png_path.name})" for env_id, png_path in zip(env_order, written)]
     # the report says how to remake it
     made_with = f"Made with `{shlex.join(['python', '-m', 'cleanrl_utils.plot', *sys.argv[1:]])}`."
-    md_path.write_text("\n".join([made_with, "", explanation, "", *table, "", *figures]) + "\n")
+    paragraphs = [made_with, *([left_out] if left_out else []), explanation, "\n".join(table)]
+    paragraphs += [band_caption(args.smooth, args.metric), "\n".join(figures)]
+    md_path.write_text("\n\n".join(paragraphs) + "\n")
 
     print(explanation, "", *table, "", sep="\n")
     for path in [md_path, *written]:

@@ -12,11 +12,12 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def saved_models(tmp_path_factory) -> dict:
-    """A PPO and a DQN model, each saved (and evaluated) by its script, in folders of their own."""
+    """A PPO and a DQN model, each saved (and evaluated) by its script, in folders of their own. The DQN run's seed is
+    not the default, so a replay that matches its evaluation found the seed in its args.json."""
     models = {}
     for script, flags in {
         "ppo.py": ["--total-timesteps", "2048"],
-        "dqn.py": ["--total-timesteps", "2000", "--learning-starts", "500"],
+        "dqn.py": ["--total-timesteps", "2000", "--learning-starts", "500", "--seed", "7"],
     }.items():
         cwd = tmp_path_factory.mktemp(script[: -len(".py")])
         result = run_script(script, *flags, "--save-model", cwd=cwd)
@@ -31,15 +32,24 @@ def played_returns(stdout: str) -> list[float]:
 
 
 def test_dqn_model_plays_the_episodes_its_script_evaluated(saved_models, tmp_path):
-    """dqn.py evaluates with seed = --seed + 100000 and a seeded epsilon: enjoy with that seed must replay exactly the
-    returns the run logged, which only happens if it loaded the very weights the run saved."""
+    """dqn.py evaluates with seed = --seed + 100000 and a seeded epsilon: enjoy, given only the model's path, must take
+    that seed from the run's args.json and replay exactly the returns the run logged, which only happens if it loaded
+    the very weights the run saved."""
     model = saved_models["dqn"]
-    result = run_utility("enjoy", "--model-path", str(model), "--seed", "100001", "--eval-episodes", "10", cwd=tmp_path)
+    result = run_utility("enjoy", "--model-path", str(model), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "with seed 100007 (the run's own evaluation seed: its --seed 7 + 100000)" in result.stdout
     logged = [value for _, value in scalars(model.parent, "eval/episodic_return")]
     assert len(logged) == 10
     assert played_returns(result.stdout) == logged
     assert f"dqn on CartPole-v1: {np.mean(logged):.2f} +- {np.std(logged):.2f} over 10 episodes" in result.stdout
+
+    # an explicit --seed wins: other episodes, the same ones each time
+    flags = ["--model-path", str(model), "--seed", "5", "--eval-episodes", "10"]
+    first, second = (run_utility("enjoy", *flags, cwd=tmp_path) for _ in range(2))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "with seed 5 (--seed)" in first.stdout
+    assert played_returns(first.stdout) == played_returns(second.stdout) != logged
 
 
 def test_ppo_model_plays_the_same_episodes_for_the_same_seed(saved_models, tmp_path):
@@ -88,6 +98,7 @@ def test_a_model_without_its_args_json_needs_exp_name_and_env_id(saved_models, t
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "with seed 1 (the default without args.json)" in result.stdout
     assert len(played_returns(result.stdout)) == 2
 
 
@@ -100,15 +111,16 @@ def test_hub_repository_offline_is_a_clear_failure(tmp_path):
 
 def test_continuous_model_plays_the_episodes_its_script_evaluated(tmp_path):
     """ppo_continuous_action.py's evaluation acts with the Gaussian's mean on observations normalized with the saved
-    statistics: replaying it with the run's eval seed must give the returns the run logged."""
+    statistics: replaying it, by default with the run's eval seed, must give the returns the run logged."""
     result = run_script(
         "ppo_continuous_action.py", "--env-id", "InvertedPendulum-v4", "--total-timesteps", "2048", "--num-steps", "512",
-        "--save-model", cwd=tmp_path,
+        "--seed", "3", "--save-model", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     model = only_run_dir(tmp_path) / "ppo_continuous_action.cleanrl_model"
-    result = run_utility("enjoy", "--model-path", str(model), "--seed", "100001", cwd=tmp_path)
+    result = run_utility("enjoy", "--model-path", str(model), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "with seed 100003 (the run's own evaluation seed" in result.stdout
     logged = [value for _, value in scalars(model.parent, "eval/episodic_return")]
     assert len(logged) == 10
     assert played_returns(result.stdout) == pytest.approx(logged, abs=0.05)  # printed with one decimal

@@ -8,7 +8,7 @@ import pytest
 from helpers import REPO, assert_clean_failure, only_run_dir, run_script, run_utility, scalars
 from huggingface_hub import ModelCard
 
-from cleanrl_utils.huggingface import package_run, repo_name
+from cleanrl_utils.huggingface import extras_for, model_card, package_run, repo_name
 
 SCRIPTS = sorted(path.name for path in (REPO / "cleanrl").glob("*.py"))
 # no token anywhere: HF_TOKEN empty and a fresh HF_HOME without a stored one
@@ -42,6 +42,9 @@ def test_repository_files_and_model_card(saved_run, tmp_path):
 
     card = ModelCard.load(folder / "README.md")
     assert card.data.library_name == "cleanrl"
+    assert card.data.license == "mit"
+    # CartPole needs no extra: the core install plays it
+    assert "\ncd cleanrl\nuv sync --no-dev\n" in card.text
     assert "CartPole-v1" in card.data.tags
     [result] = card.data.eval_results
     assert (result.task_type, result.dataset_name, result.metric_type) == (
@@ -52,8 +55,13 @@ def test_repository_files_and_model_card(saved_run, tmp_path):
     assert result.metric_value == f"{np.mean(returns):.2f} +/- {np.std(returns):.2f}"
     assert command in card.text
     assert "--hf-repo me/CartPole-v1-ppo-seed1" in card.text
-    # the spelled-out command has every flag, so a reader can re-run it without our defaults
+    # the spelled-out command has every flag, so a reader can re-run it without our defaults; but none set to None,
+    # the default of every field that can be None (ppo.py saves --wandb-entity, --hf-entity, --target-kl as None)
     assert "--learning-rate 0.00025" in card.text and "--num-steps 128" in card.text
+    saved_nones = [name for name, value in json.loads((saved_run / "args.json").read_text())["args"].items() if value is None]
+    assert "wandb_entity" in saved_nones and "hf_entity" in saved_nones
+    commands = [line for line in card.text.splitlines() if line.startswith("python cleanrl/ppo.py ")]
+    assert len(commands) == 2 and not any("None" in command for command in commands), commands
 
 
 @pytest.mark.e2e
@@ -67,6 +75,16 @@ def test_publishing_a_finished_run_can_be_previewed_offline(saved_run, tmp_path)
     assert card.data.eval_results[0].metric_value == f"{np.mean(returns):.2f} +/- {np.std(returns):.2f}"
     command = next(line for line in card.text.splitlines() if line.startswith("python cleanrl/ppo.py "))
     assert "--exp-name ppo" in command and "--seed 1" in command and "--env-id CartPole-v1" in command
+    assert "None" not in command
+    # the card names the real repository, not a placeholder
+    assert "--hf-repo me/CartPole-v1-ppo-seed1" in card.text and "<" not in card.text.split("## Use it")[1]
+
+
+@pytest.mark.e2e
+def test_a_preview_needs_the_owner_the_card_names(saved_run, tmp_path):
+    result = run_utility("huggingface", str(saved_run), "--local-dir", str(tmp_path / "out"), cwd=tmp_path)
+    assert_clean_failure(result, "--local-dir", "--hf-entity")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -114,7 +132,66 @@ def test_a_failed_upload_keeps_the_evaluated_model_and_says_how_to_retry(tmp_pat
     assert "Traceback" not in result.stderr
 
 
+def test_model_card_has_license_install_step_and_no_none_flags():
+    saved = {
+        "script": "dqn_atari_jax.py",
+        "run_name": "ALE/Pong-v5__dqn_atari_jax__3__1700000000",
+        "args": {
+            "exp_name": "dqn_atari_jax",
+            "seed": 3,
+            "env_id": "ALE/Pong-v5",
+            "total_timesteps": 10000,
+            "wandb_entity": None,
+            "hf_entity": None,
+            "resume": None,
+            "upload_model": True,
+        },
+    }
+    card = model_card(saved, [1.0, 3.0], "me/ALE-Pong-v5-dqn_atari_jax-seed3", "python cleanrl/dqn_atari_jax.py --seed 3")
+    card = ModelCard(str(card))  # as the Hub reads it back
+    assert card.data.license == "mit"
+    install = card.text.split("## Install")[1].split("## Use it")[0]
+    assert "\ncd cleanrl\nuv sync --no-dev --extra atari --extra jax\n" in install
+    use = card.text.split("## Use it")[1].split("##")[0]
+    assert "uv run --no-dev python -m cleanrl_utils.enjoy --exp-name dqn_atari_jax --env-id ALE/Pong-v5 " in use
+    assert "--hf-repo me/ALE-Pong-v5-dqn_atari_jax-seed3" in use
+    spelled_out = [line for line in card.text.splitlines() if line.startswith("python cleanrl/dqn_atari_jax.py --exp-name")]
+    assert spelled_out == [
+        "python cleanrl/dqn_atari_jax.py --exp-name dqn_atari_jax --seed 3 --env-id ALE/Pong-v5 --total-timesteps 10000"
+    ]
+    # a `module:Env` id: the card says the module must be importable, as no extra brings it
+    saved["args"]["env_id"] = "custom_env:Corridor-v0"
+    assert "The environment comes from the module `custom_env`" in model_card(saved, [1.0], "me/x", "python x").text
+
+
+@pytest.mark.parametrize(
+    "script, env_id, extras",
+    [
+        ("ppo.py", "CartPole-v1", []),
+        ("ppo_atari.py", "BreakoutNoFrameskip-v4", ["atari"]),
+        ("sac_continuous_action.py", "HalfCheetah-v4", ["mujoco"]),
+        ("td3_continuous_action_jax.py", "Hopper-v4", ["mujoco", "jax"]),
+        ("ddpg_continuous_action.py", "dm_control/cheetah-run-v0", ["dm_control"]),
+        ("c51_jax.py", "CartPole-v1", ["jax"]),
+        ("dqn.py", "custom_env:Corridor-v0", []),
+    ],
+)
+def test_the_extras_a_model_needs(script, env_id, extras):
+    assert extras_for(script, env_id) == extras
+
+
 def test_repository_names_hold_no_path_characters():
     assert repo_name("CartPole-v1", "ppo", 1) == "CartPole-v1-ppo-seed1"
     assert repo_name("dm_control/cheetah-run-v0", "sac", 2) == "dm_control-cheetah-run-v0-sac-seed2"
     assert repo_name("custom_env:Corridor-v0", "dqn", 3) == "custom_env-Corridor-v0-dqn-seed3"
+
+
+def test_the_install_step_clones_from_where_this_checkout_came_from(monkeypatch):
+    from cleanrl_utils import huggingface
+
+    monkeypatch.setattr(huggingface, "project_clone_url", lambda: "https://example.org/lab/cleanrl.git")
+    assert huggingface.install_steps("dqn.py", "CartPole-v1").startswith(
+        "```bash\ngit clone https://example.org/lab/cleanrl.git cleanrl\ncd cleanrl\nuv sync --no-dev\n"
+    )
+    monkeypatch.setattr(huggingface, "project_clone_url", lambda: None)  # no remote: no made-up URL either
+    assert "git clone" not in huggingface.install_steps("dqn.py", "CartPole-v1")

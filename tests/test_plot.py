@@ -86,6 +86,9 @@ def test_report_of_real_runs_matches_their_events(ppo_runs, tmp_path):
     row = table_row(result, md_text, "| ppo |")
     assert row == f"| ppo | CartPole-v1 | 2 | 4096 | {np.mean(finals):.1f} +- {np.std(finals):.1f} |"
     assert "reference" not in md_text  # no CSV given, and none at the default place under this cwd
+    # the report says what the band of these 2 seeds is
+    assert "Band: with 3 seeds or more the mean's 95% Student-t confidence interval" in md_text
+    assert "with 2 seeds their min-max" in md_text
 
     png = tmp_path / "results" / "ppo_CartPole-v1.png"
     image = imread(png)
@@ -143,7 +146,7 @@ def test_table_of_hand_made_runs(tmp_path):
 
 
 @pytest.mark.e2e
-def test_runs_of_other_budgets_are_their_own_line_and_a_repeated_seed_is_refused(tmp_path):
+def test_runs_of_other_budgets_are_their_own_line_and_a_repeated_seed_keeps_its_latest_run(tmp_path):
     write_run(tmp_path / "runs", "CartPole-v1", "ppo", 1, [(10, 1.0), (20, 3.0)])
     write_run(tmp_path / "runs", "CartPole-v1", "ppo", 2, [(10, 3.0), (20, 5.0)])
     write_run(tmp_path / "runs", "CartPole-v1", "ppo", 1, [(10, 100.0), (20, 200.0)], total_timesteps=20, started=1)
@@ -152,11 +155,41 @@ def test_runs_of_other_budgets_are_their_own_line_and_a_repeated_seed_is_refused
     md_text = (tmp_path / "out.md").read_text()
     rows = [line for line in md_text.splitlines() if line.startswith("| ppo |")]
     assert rows == ["| ppo | CartPole-v1 | 1 | 20 | 200.0 +- 0.0 |", "| ppo | CartPole-v1 | 2 | 5000 | 4.0 +- 1.0 |"]
+    assert "Left out" not in result.stdout + md_text
 
+    # seed 2 run again, later: the later run counts (final 0, not 5), the earlier one is left out, and one line says so
     again = write_run(tmp_path / "runs", "CartPole-v1", "ppo", 2, [(10, 0.0), (20, 0.0)], started=1700000001)
-    result = run_report("--runs", "runs", "--output", "out", cwd=tmp_path)
-    assert_clean_failure(result, "ppo on CartPole-v1, 5000 steps, seed 2: 2 runs (")
-    assert f"runs/{again.name})" in result.stderr and "pass the folders to keep to --runs" in result.stderr
+    result = run_report("--runs", "runs", "--last-n", "1", "--output", "out", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    md_text = (tmp_path / "out.md").read_text()
+    assert table_row(result, md_text, "| ppo | CartPole-v1 | 2 | 5000 |") == "| ppo | CartPole-v1 | 2 | 5000 | 1.5 +- 1.5 |"
+    note = (
+        "Left out 1 older run(s) of a repeated seed (a seed counts once): "
+        "runs/CartPole-v1__ppo__2__1700000000 (ppo on CartPole-v1, 5000 steps, seed 2: older than "
+        f"runs/{again.name})."
+    )
+    assert result.stdout.splitlines()[0] == note
+    assert note in md_text.splitlines()
+
+    # --total-timesteps selects by budget; a repeated seed of a budget not plotted is not mentioned
+    result = run_report("--runs", "runs", "--total-timesteps", "20", "--last-n", "1", "--output", "short", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    md_text = (tmp_path / "short.md").read_text()
+    assert [line for line in md_text.splitlines() if line.startswith("| ppo |")] == [
+        "| ppo | CartPole-v1 | 1 | 20 | 200.0 +- 0.0 |"
+    ]
+    assert "Left out" not in result.stdout + md_text
+    result = run_report("--runs", "runs", "--total-timesteps", "20", "999", "--output", "short", cwd=tmp_path)
+    assert_clean_failure(result, "--total-timesteps 999: no runs of it under runs; found: 20, 5000")
+
+
+@pytest.mark.e2e
+def test_by_default_the_report_goes_to_plots_in_the_current_folder(tmp_path):
+    write_run(tmp_path / "runs", "CartPole-v1", "ppo", 1, [(10, 1.0), (20, 3.0)])
+    result = run_report(cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(path.name for path in (tmp_path / "plots").iterdir()) == ["report.md", "report_CartPole-v1.png"]
+    assert f"wrote {os.path.join('plots', 'report.md')}" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -166,6 +199,11 @@ def test_runs_of_other_budgets_are_their_own_line_and_a_repeated_seed_is_refused
         ("empty", ["--runs", "runs"], "--runs runs: no TensorBoard event files"),
         ("run", ["--env-ids", "Acrobot-v1"], "--env-ids Acrobot-v1: no runs of it under runs; found: CartPole-v1"),
         ("run", ["--exp-names", "dqn"], "--exp-names dqn: no runs of it"),
+        (
+            "run",
+            ["--exp-names", "ppo", "--total-timesteps", "7"],
+            "--total-timesteps 7: no runs of it under runs (of the selected --exp-names); found: 5000",
+        ),
         ("run", ["--metric", "charts/nope"], "no charts/nope logged"),
         ("no_args_json", [], "no args.json"),
         ("run", ["--last-n", "0"], "--last-n must be at least 1"),
@@ -219,6 +257,50 @@ def test_confidence_interval_by_hand():
     mean, half = plot.mean_and_confidence(np.array([[1.0, 2.0]]))
     np.testing.assert_allclose(mean, [1.0, 2.0])
     assert half is None
+
+
+def test_band_of_few_seeds_stays_within_the_seeds():
+    # two seeds: their min-max, not a t interval of +-6.4 times their distance
+    mean, low, high, kind = plot.spread(np.array([[0.0, 500.0, 100.0], [400.0, 300.0, 100.0]]))
+    np.testing.assert_allclose(mean, [200.0, 400.0, 100.0])
+    np.testing.assert_allclose(low, [0.0, 300.0, 100.0])
+    np.testing.assert_allclose(high, [400.0, 500.0, 100.0])
+    assert kind == "band: min-max"
+    # three seeds 0, 3, 6: the t half-width 7.45 (see above) reaches past both ends, so the band is clipped to 0..6;
+    # seeds 0, 0, 30 (mean 10, s 17.32, half-width 43.03): clipped to 0 below, 30 above
+    curves = np.array([[0.0, 0.0, 100.0], [3.0, 0.0, 101.0], [6.0, 30.0, 102.0]])
+    mean, low, high, kind = plot.spread(curves)
+    np.testing.assert_allclose(mean, [3.0, 10.0, 101.0])
+    np.testing.assert_allclose(low, [0.0, 0.0, 100.0])
+    np.testing.assert_allclose(high, [6.0, 30.0, 102.0])
+    assert kind == "band: 95% CI"
+    # ten seeds spread evenly: the interval is narrower than the seeds' range, and left as it is
+    curves = np.arange(10.0).reshape(10, 1)
+    mean, low, high, _ = plot.spread(curves)
+    half = plot.stats.t.ppf(0.975, df=9) * curves.std(ddof=1) / np.sqrt(10)
+    np.testing.assert_allclose([low[0], high[0]], [4.5 - half, 4.5 + half])
+    assert 0 < low[0] < high[0] < 9
+    # one seed: no band
+    assert plot.spread(np.array([[1.0, 2.0]]))[1:] == (None, None, "no band")
+
+
+def test_axes_are_labelled_for_people(tmp_path):
+    grid = np.linspace(0.0, 200.0, 5)
+    lines = {
+        "ppo": {axis: plot.Band(2, grid, grid, grid - 1, grid + 1, "band: min-max") for axis in ("steps", "seconds")},
+        "dqn": {axis: plot.Band(1, grid, grid, None, None, "no band") for axis in ("steps", "seconds")},
+    }
+    fig = plot.plot_env("CartPole-v1", lines, "charts/episodic_return", 10, tmp_path / "figure.png")
+    ax_steps, ax_time = fig.axes
+    assert (ax_steps.get_xlabel(), ax_steps.get_ylabel()) == ("environment steps", "episodic return")
+    assert ax_time.get_xlabel() == "wall time (minutes)"  # 200 seconds
+    legend = [text.get_text() for text in ax_steps.get_legend().get_texts()]
+    assert legend == ["ppo (2 seeds; band: min-max)", "dqn (1 seed; no band)"]
+    caption = fig.get_supxlabel()
+    assert "values of charts/episodic_return." in caption and "with 2 seeds their min-max" in caption
+    assert (tmp_path / "figure.png").stat().st_size > 0
+    assert plot.human_name("losses/value_loss") == "value loss"
+    assert plot.human_name("charts/SPS") == "steps per second"
 
 
 def test_time_unit_keeps_the_axis_readable():

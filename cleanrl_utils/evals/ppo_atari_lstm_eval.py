@@ -22,6 +22,7 @@ def evaluate(
 ) -> list[float]:
     """Returns the undiscounted return of each of `eval_episodes` whole games, acting with the saved policy. The LSTM
     state is carried from step to step and zeroed where an episode (a life) ended, as in training."""
+    torch.manual_seed(seed)  # the policy samples its actions: the same seed replays the same episodes
     envs = make_eval_envs(make_env, env_id, capture_video, run_name)
     agent = Model(envs).to(device)
     agent.load_state_dict(torch.load(model_path, map_location=device))

@@ -21,6 +21,7 @@ def evaluate(
     writer=None,
 ) -> list[float]:
     """Returns the undiscounted return of each of `eval_episodes` full episodes, acting with the saved policy."""
+    torch.manual_seed(seed)  # the policy samples its actions: the same seed replays the same episodes
     envs = make_eval_envs(make_env, env_id, capture_video, run_name)
     agent = Model(envs).to(device)
     agent.load_state_dict(torch.load(model_path, map_location=device))
