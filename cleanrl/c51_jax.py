@@ -1,11 +1,8 @@
-# C51, categorical DQN (Bellemare et al. 2017), in JAX (flax + optax, jit-compiled update) for discrete actions on
-# vector observations; docs: README.md#c51_jaxpy
+# C51, categorical DQN (Bellemare et al. 2017), in JAX (flax + optax) on vector observations; docs: README.md#c51_jaxpy
 import glob
-import importlib
 import json
 import os
 import random
-import shlex
 import sys
 import time
 from collections import deque
@@ -20,8 +17,9 @@ import numpy as np
 import optax
 import tyro
 from flax.training import train_state
-from rich.progress import MofNCompleteColumn, Progress
+from stable_baselines3.common.buffers import ReplayBuffer
 from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
 
 
 @dataclass
@@ -93,6 +91,7 @@ def fail(message: str):
 def make_env(env_id, idx, capture_video, run_name):
     def thunk():
         if capture_video and idx == 0:
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws rgb_array frames without a display
             env = gym.make(env_id, render_mode="rgb_array")
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
         else:
@@ -143,37 +142,12 @@ def project_distribution(next_pmfs, rewards, terminations, gamma, atoms):
     return target_pmfs.at[rows, upper.astype(jnp.int32)].add(upper_mass)
 
 
-class ReplayBuffer:
-    """A ring buffer of transitions in numpy arrays: cheap to add to every step (10,000 CartPole transitions: 0.4 MB)."""
-
-    def __init__(self, buffer_size, observation_space):
-        self.obs = np.zeros((buffer_size,) + observation_space.shape, dtype=observation_space.dtype)
-        self.next_obs = np.zeros_like(self.obs)  # the real next observation, also where an episode ended
-        self.actions = np.zeros(buffer_size, dtype=np.int64)
-        self.rewards, self.terminations = (np.zeros(buffer_size, dtype=np.float32) for _ in range(2))
-        self.buffer_size, self.pos, self.full = buffer_size, 0, False
-
-    def add(self, obs, next_obs, actions, rewards, terminations, infos):
-        """One vector step, a transition per environment. Where an episode ended, next_obs is already the next
-        episode's first observation: the transition's real next observation is in infos["final_obs"]."""
-        if "final_obs" in infos:
-            next_obs = next_obs.copy()
-            next_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
-        for i in range(len(obs)):
-            self.obs[self.pos], self.next_obs[self.pos], self.actions[self.pos] = obs[i], next_obs[i], actions[i]
-            self.rewards[self.pos], self.terminations[self.pos] = rewards[i], terminations[i]
-            self.pos = (self.pos + 1) % self.buffer_size
-            self.full = self.full or self.pos == 0
-
-    def sample(self, batch_size):
-        idx = np.random.randint(0, self.buffer_size if self.full else self.pos, size=batch_size)
-        return self.obs[idx], self.actions[idx], self.next_obs[idx], self.rewards[idx], self.terminations[idx]
-
-    def state_dict(self):  # plain arrays and counters: a checkpoint loads without this script
-        return dict(vars(self))
-
-    def load_state_dict(self, state):
-        vars(self).update(state)
+def real_next_observations(next_obs, infos):
+    """Where an episode ended, next_obs is already the next episode's first one: the real one is infos["final_obs"]."""
+    real_next_obs = next_obs.copy()
+    if "final_obs" in infos:
+        real_next_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
+    return real_next_obs
 
 
 def check_args(args):
@@ -196,13 +170,8 @@ def check_args(args):
         fail(f"--v-min {args.v_min} must be below --v-max {args.v_max}")
     if args.batch_size > args.buffer_size:
         fail(f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
-    if args.upload_model and not args.save_model:
-        fail("--upload-model uploads the model that --save-model saves: add --save-model")
     try:
-        module, _, _ = args.env_id.rpartition(":")
-        if module:  # a user's own env: importing its module registers it, as gym.make would
-            importlib.import_module(module)
-        env = gym.make(args.env_id)
+        env = gym.make(args.env_id)  # a `module:EnvName-v0` id imports its module, which registers the env
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
     if not isinstance(env.observation_space, gym.spaces.Box) or not isinstance(env.action_space, gym.spaces.Discrete):
@@ -225,7 +194,7 @@ if __name__ == "__main__":
     if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import upload_repo_id
 
-        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without a usable Hub token
+        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     num_iterations = args.total_timesteps // args.num_envs  # vector steps
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
@@ -241,8 +210,6 @@ if __name__ == "__main__":
             sync_tensorboard=True,
             config=vars(args),
             name=run_name,
-            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
-            resume="allow",
             save_code=True,
         )
     # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
@@ -254,7 +221,6 @@ if __name__ == "__main__":
     # TRY NOT TO MODIFY: seeding (JAX picks its device itself: a GPU when jax[cuda] is installed and sees one)
     random.seed(args.seed)
     np.random.seed(args.seed)
-    key = jax.random.PRNGKey(args.seed)
     device = jax.devices()[0].platform
 
     # env setup: SAME_STEP autoreset returns the reset observation at once and the real last one in infos["final_obs"]
@@ -264,18 +230,21 @@ if __name__ == "__main__":
     )
     q_network = QNetwork(action_dim=envs.single_action_space.n, n_atoms=args.n_atoms)
     atoms = jnp.linspace(args.v_min, args.v_max, num=args.n_atoms)
-    params = q_network.init(key, envs.single_observation_space.sample()[None].astype(np.float32))
-    q_state = TrainState.create(
-        apply_fn=q_network.apply,
-        params=params,
-        target_params=params,
-        tx=optax.adam(learning_rate=args.learning_rate, eps=0.01 / args.batch_size),
+    params = q_network.init(jax.random.PRNGKey(args.seed), envs.single_observation_space.sample()[None].astype(np.float32))
+    optimizer = optax.adam(learning_rate=args.learning_rate, eps=0.01 / args.batch_size)
+    q_state = TrainState.create(apply_fn=q_network.apply, params=params, target_params=params, tx=optimizer)
+    # the done flag stored is termination only: a truncated episode still bootstraps from its real last observation
+    rb = ReplayBuffer(
+        args.buffer_size,
+        envs.single_observation_space,
+        envs.single_action_space,
+        "cpu",
+        args.num_envs,
+        handle_timeout_termination=False,
     )
-    rb = ReplayBuffer(args.buffer_size, envs.single_observation_space)
 
     @jax.jit
-    def greedy_actions(params, obs):
-        """The greedy action under the expected return of each action's distribution."""
+    def greedy_actions(params, obs):  # under the expected return of each action's distribution
         pmfs = jax.nn.softmax(q_network.apply(params, obs), axis=-1)
         return (pmfs * atoms).sum(axis=-1).argmax(axis=-1)
 
@@ -313,10 +282,8 @@ if __name__ == "__main__":
                 obs, _ = envs.reset(seed=args.seed + global_step)
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    columns = (*Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}")
-    progress = Progress(*columns, disable=not sys.stdout.isatty())  # a bar on a terminal, else the loop prints lines
-    progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
-    progress.start()
+    # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
+    progress = tqdm(total=num_iterations * args.num_envs, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
     report_every = max(1, num_iterations // 20)
 
@@ -340,14 +307,21 @@ if __name__ == "__main__":
                 recent_returns.append(episodic_return)
                 writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                 writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
-        # the done flag is termination only: a truncated episode still bootstraps from its last observation
-        rb.add(obs, next_obs, actions, rewards, terminations, infos)
+        rb.add(obs, real_next_observations(next_obs, infos), actions, rewards, terminations, infos)
         obs = next_obs
 
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
             if iteration % args.train_frequency == 0:
-                loss, old_val, q_state = update(q_state, *rb.sample(args.batch_size))
+                data = rb.sample(args.batch_size)
+                loss, old_val, q_state = update(
+                    q_state,
+                    data.observations.numpy(),
+                    data.actions.flatten().numpy(),
+                    data.next_observations.numpy(),
+                    data.rewards.flatten().numpy(),
+                    data.dones.flatten().numpy(),
+                )
 
                 if iteration % (100 * args.train_frequency) == 0:
                     loss_value = float(loss)
@@ -366,13 +340,14 @@ if __name__ == "__main__":
         if iteration % 1000 == 0 or iteration % report_every == 0 or iteration == num_iterations:
             sps = int((global_step - start_step) / (time.time() - start_time))
             stats = f"{sps} SPS, return {np.mean(recent_returns):.1f}" if recent_returns else f"{sps} SPS"
-            progress.update(progress_task, completed=global_step, stats=stats)
+            progress.set_postfix_str(stats, refresh=False)
+            progress.update(global_step - progress.n)
             if progress.disable and (iteration % report_every == 0 or iteration == num_iterations):
                 print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 
-    progress.stop()
+    progress.close()
     if not all(np.isfinite(p).all() for p in jax.tree.leaves(q_state.params)):  # the loss is checked only where it is logged
         sys.exit(f"error: the loss turned non-finite before step {global_step}; stopping (no model saved)")
     if run_state:
@@ -384,30 +359,19 @@ if __name__ == "__main__":
         with open(model_path, "wb") as f:
             support = {"n_atoms": args.n_atoms, "v_min": args.v_min, "v_max": args.v_max}
             f.write(flax.serialization.to_bytes({"support": support, "params": q_state.params}))
-        print(f"model saved to {model_path}")
         from cleanrl_utils.evals.c51_jax_eval import evaluate
 
+        eval_seed = args.seed + 100_000  # episodes the training run never saw
         episodic_returns = evaluate(
-            model_path,
-            make_env,
-            args.env_id,
-            eval_episodes=10,
-            run_name=f"{run_name}-eval",
-            Model=QNetwork,
-            epsilon=0.05,
-            capture_video=args.capture_video,
-            seed=args.seed + 100_000,
+            model_path, make_env, args.env_id, 10, f"{run_name}-eval", QNetwork, 0.05, args.capture_video, eval_seed, writer
         )
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(f"evaluation over 10 episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
 
     envs.close()
     writer.close()
     if args.upload_model:  # after the envs close, so the last videos are complete
         from cleanrl_utils.huggingface import push
 
-        push(run_dir, episodic_returns, hf_repo_id, command=shlex.join(["python", *sys.argv]))
+        push(run_dir, episodic_returns, hf_repo_id)
     if args.track and args.capture_video:
         for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
             wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})

@@ -1,12 +1,9 @@
-# DDPG (Lillicrap et al. 2016) for continuous actions, in CleanRL's TD3-style variant (delayed policy updates,
-# Gaussian exploration noise, 256x256 networks); docs: README.md#ddpg_continuous_actionpy
-import ctypes.util
+# DDPG (Lillicrap et al. 2016), CleanRL's TD3-style variant, for continuous actions; docs: README.md#ddpg_continuous_actionpy
 import glob
 import importlib
 import json
 import os
 import random
-import shlex
 import sys
 import time
 from collections import deque
@@ -17,14 +14,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import tyro
-from rich.progress import MofNCompleteColumn, Progress
+from stable_baselines3.common.buffers import ReplayBuffer
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
-
-# MuJoCo reads MUJOCO_GL once, on import: without a display, videos render off-screen through EGL (yours always wins)
-HEADLESS = sys.platform.startswith("linux") and not os.environ.get("DISPLAY")
-if HEADLESS and "MUJOCO_GL" not in os.environ and ctypes.util.find_library("EGL"):
-    os.environ["MUJOCO_GL"] = "egl"
+from tqdm import tqdm
 
 
 @dataclass
@@ -84,7 +77,6 @@ class Args:
 
 
 def fail(message: str):
-    """Bad input ends with one line on stderr and exit code 2, before any heavy work."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 
@@ -101,7 +93,7 @@ def make_env(env_id, idx, capture_video, run_name):
             env = gym.make(env_id, render_mode="rgb_array")
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
         else:
-            env = gym.make(env_id)
+            env = gym.make(env_id)  # a `module:EnvName-v0` id imports its module, which registers the env
         if isinstance(env.observation_space, gym.spaces.Dict):  # dm_control observes a dict of arrays
             env = gym.wrappers.FlattenObservation(env)
         return gym.wrappers.RecordEpisodeStatistics(env)
@@ -149,44 +141,11 @@ def ddpg_target(rewards, terminations, next_obs, target_actor, qf1_target, gamma
 
 
 def real_next_observations(next_obs, infos):
-    """Where an episode ended, next_obs is already the next one's first observation; the real one is infos["final_obs"]."""
+    """Where an episode ended, next_obs is already the next episode's first one: the real one is infos["final_obs"]."""
     real_next_obs = next_obs.copy()
     if "final_obs" in infos:
-        ended = infos["_final_obs"]
-        real_next_obs[ended] = np.stack(infos["final_obs"][ended])
+        real_next_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
     return real_next_obs
-
-
-class ReplayBuffer:
-    """Transitions as rows [obs, action, real next obs, reward, terminated] of one float32 ring array: a batch is one copy."""
-
-    def __init__(self, buffer_size, obs_dim, action_dim):
-        self.data = np.zeros((buffer_size, 2 * obs_dim + action_dim + 2), dtype=np.float32)
-        self.obs_dim, self.action_dim, self.buffer_size, self.pos, self.full = obs_dim, action_dim, buffer_size, 0, False
-
-    def add(self, obs, next_obs, actions, rewards, terminations):
-        n = len(obs)  # one transition per environment
-        rows = [obs.reshape(n, -1), actions.reshape(n, -1), next_obs.reshape(n, -1), rewards[:, None], terminations[:, None]]
-        self.data[(self.pos + np.arange(n)) % self.buffer_size] = np.concatenate(rows, axis=1)
-        self.full = self.full or self.pos + n >= self.buffer_size
-        self.pos = (self.pos + n) % self.buffer_size
-
-    def __len__(self):
-        return self.buffer_size if self.full else self.pos
-
-    def fields(self, rows):  # obs, actions, next_obs, rewards, terminations: views of the columns of `rows`
-        o, a = self.obs_dim, self.action_dim
-        return rows[:, :o], rows[:, o : o + a], rows[:, o + a : 2 * o + a], rows[:, -2], rows[:, -1]
-
-    def sample(self, batch_size, device):
-        return self.fields(torch.from_numpy(self.data[np.random.randint(0, len(self), size=batch_size)]).to(device))
-
-    def state_dict(self):  # the filled rows only, as plain arrays: a checkpoint loads without this script
-        return {"data": self.data[: len(self)], "pos": self.pos, "full": self.full}
-
-    def load_state_dict(self, state):
-        self.data[: len(state["data"])] = state["data"]
-        self.pos, self.full = state["pos"], state["full"]
 
 
 def check_args(args):
@@ -207,15 +166,14 @@ def check_args(args):
         fail(f"--gamma must be in [0, 1], got {args.gamma}")
     if args.batch_size > args.buffer_size:
         fail(f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
-    if args.upload_model and not args.save_model:
-        fail("--upload-model uploads the model that --save-model saves: add --save-model")
+    if args.capture_video:  # before the first env is made: MuJoCo chooses how to render when it is first imported
+        from cleanrl_utils.rendering import render_offscreen
+
+        render_offscreen(args.env_id)  # no display: EGL for MuJoCo, SDL's dummy driver for pygame; exit 2 if neither
     try:
         env = make_env(args.env_id, 0, False, "")()
     except (gym.error.Error, ImportError) as e:
         fail(f"--env-id {args.env_id}: {e}")
-    renders_mujoco = env.spec.id.startswith("dm_control/") or "mujoco" in str(env.spec.entry_point)
-    if args.capture_video and renders_mujoco and HEADLESS and "MUJOCO_GL" not in os.environ:
-        fail("--capture-video: no display, and no EGL to render MuJoCo (apt-get install libegl1 libegl-mesa0)")
     space = env.action_space
     if not isinstance(space, gym.spaces.Box):
         fail(f"--env-id {args.env_id} has a {type(space).__name__} action space; ddpg needs a Box one (or use dqn.py)")
@@ -237,7 +195,7 @@ if __name__ == "__main__":
     if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import upload_repo_id
 
-        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without a usable Hub token
+        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     num_iterations = args.total_timesteps // args.num_envs  # vector steps
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
@@ -253,8 +211,6 @@ if __name__ == "__main__":
             sync_tensorboard=True,
             config=vars(args),
             name=run_name,
-            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
-            resume="allow",
             save_code=True,
         )
     # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
@@ -283,18 +239,18 @@ if __name__ == "__main__":
     actor_optimizer = optim.Adam(list(actor.parameters()), lr=args.learning_rate, fused=True)  # fused: one kernel a step
     online_params = [*actor.parameters(), *qf1.parameters()]
     target_params = [*target_actor.parameters(), *qf1_target.parameters()]
-    action_low = torch.as_tensor(envs.single_action_space.low.flatten(), dtype=torch.float32, device=device)
-    action_high = torch.as_tensor(envs.single_action_space.high.flatten(), dtype=torch.float32, device=device)
-    obs_dim, action_dim = (int(np.prod(space.shape)) for space in (envs.single_observation_space, envs.single_action_space))
-    rb = ReplayBuffer(args.buffer_size, obs_dim, action_dim)
+    obs_space = gym.spaces.Box(-np.inf, np.inf, envs.single_observation_space.shape, np.float32)  # as the networks take them
+    # the done flag stored is termination only: a truncated episode still bootstraps from its real last observation
+    rb = ReplayBuffer(
+        args.buffer_size, obs_space, envs.single_action_space, device, args.num_envs, handle_timeout_termination=False
+    )
     envs.action_space.seed(args.seed)  # the random actions of the warm-up
     global_step, updates_start = 0, args.learning_starts  # a resume without the buffer learns again later
     obs, _ = envs.reset(seed=args.seed)
 
-    learner = dict(actor=actor, target_actor=target_actor, qf1=qf1, qf1_target=qf1_target)
-    learner |= dict(q_optimizer=q_optimizer, actor_optimizer=actor_optimizer)
-
     def checkpoint_state():  # what a checkpoint holds: the learner, the loop's values and (--checkpoint-buffer) the buffer
+        learner = dict(actor=actor, target_actor=target_actor, qf1=qf1, qf1_target=qf1_target)
+        learner |= dict(q_optimizer=q_optimizer, actor_optimizer=actor_optimizer)
         loop = dict(envs=envs, obs=obs, global_step=global_step, updates_start=updates_start)
         return dict(learner, action_space_rng=envs.action_space.np_random, rb=rb if args.checkpoint_buffer else None, **loop)
 
@@ -310,15 +266,11 @@ if __name__ == "__main__":
                 obs, _ = envs.reset(seed=args.seed + global_step)
 
     if checkpoint and not args.checkpoint_buffer:  # an empty buffer: act with the policy, without learning, to refill it
-        updates_start = global_step + args.learning_starts
-        message = "the checkpoint holds no replay buffer (--checkpoint-buffer was off): refilling it with the policy"
-        print(f"{message} for {args.learning_starts} steps, learning again after step {updates_start}", file=sys.stderr)
+        updates_start = run_state.refill(global_step, args.learning_starts)
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    columns = (*Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}")
-    progress = Progress(*columns, disable=not sys.stdout.isatty())  # a bar on a terminal, else the loop prints lines
-    progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
-    progress.start()
+    # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
+    progress = tqdm(total=num_iterations * args.num_envs, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
     report_every, actor_loss = max(1, num_iterations // 20), None
 
@@ -331,8 +283,8 @@ if __name__ == "__main__":
             with torch.no_grad():
                 actions = actor(torch.as_tensor(obs, dtype=torch.float32, device=device))
                 actions += torch.randn_like(actions) * (actor.action_scale * args.exploration_noise)
-                actions = torch.clamp(actions, action_low, action_high)
             actions = actions.cpu().numpy().reshape(envs.action_space.shape)
+            actions = actions.clip(envs.action_space.low, envs.action_space.high)  # the noise may push past the bounds
 
         # TRY NOT TO MODIFY: execute the game and log data.
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
@@ -344,13 +296,14 @@ if __name__ == "__main__":
                 recent_returns.append(episodic_return)
                 writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                 writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
-        # done = terminated: a truncation (MuJoCo's or dm_control's time limit) bootstraps from its real last observation
-        rb.add(obs, real_next_observations(next_obs, infos), actions, rewards, terminations)
+        rb.add(obs, real_next_observations(next_obs, infos), actions, rewards, terminations, infos)
         obs = next_obs
 
         # ALGO LOGIC: training.
         if global_step > updates_start:
-            b_obs, b_actions, b_next_obs, b_rewards, b_terminations = rb.sample(args.batch_size, device)
+            data = rb.sample(args.batch_size)
+            b_obs, b_actions, b_next_obs = data.observations, data.actions, data.next_observations
+            b_rewards, b_terminations = data.rewards.flatten(), data.dones.flatten()  # (batch, 1) to the critics' (batch,)
             with torch.no_grad():
                 next_q_value = ddpg_target(b_rewards, b_terminations, b_next_obs, target_actor, qf1_target, args.gamma)
             qf1_a_values = qf1(b_obs, b_actions)
@@ -383,13 +336,14 @@ if __name__ == "__main__":
             sps = int((global_step - start_step) / (time.time() - start_time))
             stats = f"{sps} SPS, return {np.mean(recent_returns):.1f}" if recent_returns else f"{sps} SPS"
             writer.add_scalar("charts/SPS", sps, global_step)
-            progress.update(progress_task, completed=global_step, stats=stats)
+            progress.set_postfix_str(stats, refresh=False)
+            progress.update(global_step - progress.n)
             if progress.disable and (iteration % report_every == 0 or iteration == num_iterations):
                 print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 
-    progress.stop()
+    progress.close()
     if not all(p.isfinite().all() for p in online_params):  # the loss is checked only where it is logged
         sys.exit(f"error: the loss turned non-finite before step {global_step}; stopping (no model saved)")
     if run_state:
@@ -398,22 +352,19 @@ if __name__ == "__main__":
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         torch.save(nn.ModuleDict({"actor": actor, "qf1": qf1}).state_dict(), model_path)
-        print(f"model saved to {model_path}")
         from cleanrl_utils.evals.ddpg_eval import evaluate
 
+        eval_seed = args.seed + 100_000  # episodes the training run never saw
         episodic_returns = evaluate(
-            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Actor, device, args.capture_video, args.seed + 100_000
+            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Actor, device, args.capture_video, eval_seed, writer
         )
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(f"evaluation over 10 episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
 
     envs.close()
     writer.close()
     if args.upload_model:  # after the envs close, so the last videos are complete
         from cleanrl_utils.huggingface import push
 
-        push(run_dir, episodic_returns, hf_repo_id, command=shlex.join(["python", *sys.argv]))
+        push(run_dir, episodic_returns, hf_repo_id)
     if args.track and args.capture_video:
         for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
             wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})

@@ -1,10 +1,8 @@
 # DQN (Mnih et al. 2015) on Atari games in JAX (flax + optax), frame-once replay buffer; docs: README.md#dqn_atari_jaxpy
 import glob
-import importlib
 import json
 import os
 import random
-import shlex
 import sys
 import time
 from collections import deque
@@ -20,9 +18,9 @@ import numpy as np
 import optax
 import tyro
 from flax.training import train_state
-from rich.progress import MofNCompleteColumn, Progress
 from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
 from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
 
 from cleanrl_utils.buffers import FrameReplayBuffer
 
@@ -93,12 +91,9 @@ def fail(message: str):
 
 def make_env(env_id, idx, capture_video, run_name):
     def thunk():
-        module, _, registered_id = env_id.rpartition(":")
-        if module:  # a user's own env: importing its module registers it, as gym.make would
-            importlib.import_module(module)
         gym.register_envs(ale_py)
         # the ALE's own frame skip off (the v5 ids skip 4 by default): MaxAndSkipEnv skips, max-pooling the last two frames
-        env = gym.make(registered_id, frameskip=1, render_mode="rgb_array" if capture_video and idx == 0 else None)
+        env = gym.make(env_id, frameskip=1, render_mode="rgb_array" if capture_video and idx == 0 else None)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # innermost: the real game score over all lives, unclipped
         if capture_video and idx == 0:
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")  # the real frames, whole games
@@ -149,12 +144,10 @@ def td_target(rewards, next_q_target, terminations, gamma):
 
 
 def real_next_observations(next_obs, infos):
-    """Where an episode ended, next_obs is already the next episode's first observation: the transition's real
-    next observation is in infos["final_obs"]."""
+    """Where an episode ended, next_obs is already the next episode's first one: the real one is infos["final_obs"]."""
     real_next_obs = next_obs.copy()
     if "final_obs" in infos:
-        ended = infos["_final_obs"]
-        real_next_obs[ended] = np.stack(infos["final_obs"][ended])
+        real_next_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
     return real_next_obs
 
 
@@ -170,19 +163,15 @@ def check_args(args):
         fail(f"--seed must be in [0, 2**32) (numpy's seed range), got {args.seed}")
     if args.learning_starts >= args.total_timesteps:
         fail(f"--learning-starts {args.learning_starts} must be below --total-timesteps {args.total_timesteps}")
-    if not 0.0 < args.exploration_fraction <= 1.0:
-        fail(f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}")
-    if not 0.0 < args.tau <= 1.0:
-        fail(f"--tau must be in (0, 1], got {args.tau}")
+    for flag in ["exploration_fraction", "tau"]:
+        if not 0.0 < getattr(args, flag) <= 1.0:
+            fail(f"--{flag.replace('_', '-')} must be in (0, 1], got {getattr(args, flag)}")
     if args.batch_size > args.buffer_size:
         fail(f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
     if args.buffer_size < 16 * args.num_envs:  # a stack needs 5 live frames per env; keep a margin
         fail(f"--buffer-size {args.buffer_size} is too small: at least 16 frames per env ({16 * args.num_envs})")
-    if args.upload_model and not args.save_model:
-        fail("--upload-model uploads the model that --save-model saves: add --save-model")
-    gym.register_envs(ale_py)
     try:
-        env = gym.make(args.env_id)  # the bare env (a `module:EnvName` id imports its module), before the wrappers
+        env = gym.make(args.env_id)  # a `module:EnvName-v0` id imports its module, which registers the env
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
     if not hasattr(env.unwrapped, "ale"):  # the wrappers read the emulator's lives
@@ -201,7 +190,7 @@ if __name__ == "__main__":
     if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import upload_repo_id
 
-        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without a usable Hub token
+        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     num_iterations = args.total_timesteps // args.num_envs  # vector steps
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
@@ -217,8 +206,6 @@ if __name__ == "__main__":
             sync_tensorboard=True,
             config=vars(args),
             name=run_name,
-            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
-            resume="allow",
             save_code=True,
         )
     # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
@@ -261,7 +248,7 @@ if __name__ == "__main__":
 
     def checkpoint_state():  # what a checkpoint holds; the replay buffer only with --checkpoint-buffer
         state = dict(q_state=jax.device_get(flax.serialization.to_state_dict(q_state)), envs=envs, obs=obs)
-        return state | dict(rb=rb if args.checkpoint_buffer else None, global_step=global_step, updates_start=updates_start)
+        return state | dict(rb=rb if args.checkpoint_buffer else None, global_step=global_step)
 
     run_state = None
     if args.checkpoint_interval or checkpoint:  # needs cleanrl_utils; a copied script trains without it
@@ -271,20 +258,15 @@ if __name__ == "__main__":
         if checkpoint:
             saved = run_state.restore(checkpoint_state())
             q_state = flax.serialization.from_state_dict(q_state, saved["q_state"])
-            global_step, obs, updates_start = saved["global_step"], saved["obs"], saved["updates_start"]
-            if not args.checkpoint_buffer:
-                updates_start = global_step + args.learning_starts
-                refill = f"refilling it for {args.learning_starts} steps, learning again after step {updates_start}"
-                print(f"the checkpoint holds no replay buffer (--checkpoint-buffer was off): {refill}", file=sys.stderr)
+            global_step, obs = saved["global_step"], saved["obs"]
+            if not args.checkpoint_buffer:  # an empty buffer: acting without learning refills it first
+                updates_start = run_state.refill(global_step, args.learning_starts)
             if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new games
                 obs, _ = envs.reset(seed=args.seed + global_step)
-                rb.open[:] = False  # the buffer's open episodes were cut: the new ones start new runs of frames
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    columns = (*Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}")
-    progress = Progress(*columns, disable=not sys.stdout.isatty())  # a bar on a terminal, else the loop prints lines
-    progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
-    progress.start()
+    # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
+    progress = tqdm(total=num_iterations * args.num_envs, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
 
     for iteration in range(global_step // args.num_envs + 1, num_iterations + 1):
@@ -338,13 +320,14 @@ if __name__ == "__main__":
         if report or iteration % 100 == 0:
             sps = int((global_step - start_step) / (time.time() - start_time))
             stats = f"{sps} SPS, return {np.mean(recent_returns):.1f}" if recent_returns else f"{sps} SPS"
-            progress.update(progress_task, completed=global_step, stats=stats)
+            progress.set_postfix_str(stats, refresh=False)
+            progress.update(global_step - progress.n)
             if progress.disable and report:
                 print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 
-    progress.stop()
+    progress.close()
     if run_state:
         run_state.finish(global_step, checkpoint_state)
 
@@ -354,21 +337,19 @@ if __name__ == "__main__":
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         with open(model_path, "wb") as f:
             f.write(flax.serialization.to_bytes(q_state.params))
-        print(f"model saved to {model_path}")
         from cleanrl_utils.evals.dqn_jax_eval import evaluate
 
-        kwargs = {"Model": QNetwork, "epsilon": 0.05, "capture_video": args.capture_video, "seed": args.seed + 100_000}
-        episodic_returns = evaluate(model_path, make_env, args.env_id, 10, f"{run_name}-eval", **kwargs)  # 10 whole games
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(f"evaluation over 10 games: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
+        eval_seed = args.seed + 100_000  # episodes the training run never saw
+        episodic_returns = evaluate(
+            model_path, make_env, args.env_id, 10, f"{run_name}-eval", QNetwork, 0.05, args.capture_video, eval_seed, writer
+        )
 
     envs.close()
     writer.close()
     if args.upload_model:  # after the envs close, so the last videos are complete
         from cleanrl_utils.huggingface import push
 
-        push(run_dir, episodic_returns, hf_repo_id, command=shlex.join(["python", *sys.argv]))
+        push(run_dir, episodic_returns, hf_repo_id)
     if args.track and args.capture_video:
         for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
             wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})

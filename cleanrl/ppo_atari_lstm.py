@@ -1,10 +1,8 @@
-# PPO with an LSTM core on Atari games from pixels: one frame per observation, the LSTM carries the history;
-# docs: README.md#ppo_atari_lstmpy
+# PPO with an LSTM core on Atari games from pixels, one frame per observation; docs: README.md#ppo_atari_lstmpy
 import glob
 import json
 import os
 import random
-import shlex
 import sys
 import time
 from collections import deque
@@ -15,10 +13,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 import tyro
-from rich.progress import MofNCompleteColumn, Progress
 from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
 
 gym.register_envs(ale_py)  # the ALE's ids: ALE/Breakout-v5, BreakoutNoFrameskip-v4, ...
 
@@ -90,7 +88,6 @@ class Args:
 
 
 def fail(message: str):
-    """Bad input ends with one line on stderr and exit code 2, before any heavy work."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 
@@ -114,8 +111,7 @@ def make_env(env_id, idx, capture_video, run_name):
         env = ClipRewardEnv(env)  # sign of the reward, for the loss: one scale of advantages across games
         env = gym.wrappers.ResizeObservation(env, (84, 84))
         env = gym.wrappers.GrayscaleObservation(env)
-        # (1, 84, 84) uint8: one frame, no stack; the LSTM remembers what came before (motion included)
-        env = gym.wrappers.FrameStackObservation(env, 1)
+        env = gym.wrappers.FrameStackObservation(env, 1)  # (1, 84, 84) uint8, no stack: the LSTM remembers the motion
         return env
 
     return thunk
@@ -167,6 +163,7 @@ class Agent(nn.Module):
     def get_value(self, x, lstm_state, done):
         return self.critic(self.get_states(x, lstm_state, done)[0])
 
+    @torch.no_grad()  # acting only: the update's gradients come from evaluate_actions
     def get_action(self, x, lstm_state, done):
         hidden, lstm_state = self.get_states(x, lstm_state, done)
         logits = self.actor(hidden)
@@ -183,9 +180,8 @@ class Agent(nn.Module):
 
 
 def compute_gae(rewards, values, last_value, final_values, terminations, episode_ends, gamma, gae_lambda):
-    """Generalized Advantage Estimation over a rollout of numpy arrays shaped (num_steps, num_envs). Where an episode
-    ended at step t, obs[t + 1] is already a reset observation, so the bootstrap is final_values[t] = V(its real last
-    observation): a truncation keeps that value, a termination zeroes it, and no return leaks into the next episode."""
+    """GAE over (num_steps, num_envs) arrays. Where an episode ended at step t, obs[t + 1] is a reset observation: the
+    bootstrap is final_values[t] = V(real last observation), zeroed by a termination, and nothing leaks across episodes."""
     next_values = np.concatenate([values[1:], last_value.reshape(1, -1)])
     next_values = np.where(episode_ends, final_values, next_values)
     advantages = np.zeros_like(rewards)
@@ -211,21 +207,12 @@ def check_args(args):
         fail(f"--num-minibatches {args.num_minibatches} must divide --num-envs {args.num_envs}: minibatches are whole envs")
     if args.total_timesteps < batch_size:
         fail(f"--total-timesteps {args.total_timesteps} is less than one rollout (--num-envs * --num-steps = {batch_size})")
-    if args.upload_model and not args.save_model:
-        fail("--upload-model uploads the model that --save-model saves: add --save-model")
     try:
-        env = gym.make(args.env_id)  # a `module:EnvName-v0` id: gym.make imports the module, which registers it
+        env = gym.make(args.env_id)  # a `module:EnvName-v0` id imports its module, which registers the env
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
     if not hasattr(env.unwrapped, "ale"):  # the preprocessing reads the ALE's lives and action meanings
-        fail(
-            f"--env-id {args.env_id} is not an Atari game (its observations are {env.observation_space}, not the screen "
-            f"of the ALE); {os.path.basename(__file__)} needs one: use ppo.py for it"
-        )
-    if not isinstance(env.action_space, gym.spaces.Discrete):
-        fail(
-            f"--env-id {args.env_id} has a {env.action_space} action space; {os.path.basename(__file__)} needs a Discrete one"
-        )
+        fail(f"--env-id {args.env_id} is not an Atari game; {os.path.basename(__file__)} needs one (use ppo.py for it)")
     env.close()
 
 
@@ -240,9 +227,8 @@ if __name__ == "__main__":
     if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import upload_repo_id
 
-        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without a usable Hub token
+        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     batch_size = args.num_envs * args.num_steps
-    # minibatches are split by env, to replay whole sequences
     envs_per_batch, num_iterations = args.num_envs // args.num_minibatches, args.total_timesteps // batch_size
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
@@ -258,8 +244,6 @@ if __name__ == "__main__":
             sync_tensorboard=True,
             config=vars(args),
             name=run_name,
-            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
-            resume="allow",
             save_code=True,
         )
     # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
@@ -287,10 +271,7 @@ if __name__ == "__main__":
     obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=np.uint8)
     actions = np.zeros((args.num_steps, args.num_envs), dtype=np.int64)
     rewards, terminations, episode_ends = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32) for _ in range(3))
-    final_obs = np.zeros_like(obs)  # the real last observation where an episode ended (obs[t + 1] is a reset one)
     dones = torch.zeros((args.num_steps, args.num_envs), device=device)  # obs[t] starts an episode: the LSTM resets
-    # (h, c) after obs[t] where an episode ended at t: the memory the real last observation (final_obs[t]) follows
-    final_lstm_states = torch.zeros((2, args.num_steps, args.num_envs, agent.lstm.hidden_size), device=device)
     global_step = 0
     next_obs, _ = envs.reset(seed=args.seed)
     # the LSTM's memory of the games in progress (none at the start) and which envs start a new episode next
@@ -314,27 +295,22 @@ if __name__ == "__main__":
                 next_lstm_state, next_done = agent.initial_state(args.num_envs, device), torch.zeros_like(next_done)
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    columns = (*Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}")
-    progress = Progress(*columns, disable=not sys.stdout.isatty())  # a bar on a terminal, else the loop prints lines
-    progress_task = progress.add_task(args.exp_name, total=num_iterations * batch_size, completed=global_step, stats="")
-    progress.start()
+    # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
+    progress = tqdm(total=num_iterations * batch_size, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
 
     for iteration in range(global_step // batch_size + 1, num_iterations + 1):
-        # Annealing the rate if instructed to do so.
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
         # the update replays each rollout from the state it started with
         initial_lstm_state = (next_lstm_state[0].clone(), next_lstm_state[1].clone())
+        final_values = np.zeros_like(rewards)  # V(real last observation) where a game was truncated
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs[step], dones[step] = next_obs, next_done
-            with torch.no_grad():
-                action, next_lstm_state = agent.get_action(
-                    torch.as_tensor(next_obs, device=device), next_lstm_state, next_done
-                )
+            action, next_lstm_state = agent.get_action(torch.as_tensor(next_obs, device=device), next_lstm_state, next_done)
             actions[step] = action = action.cpu().numpy()
 
             next_obs, reward, terminated, truncated, infos = envs.step(action)
@@ -343,39 +319,28 @@ if __name__ == "__main__":
             rewards[step], terminations[step], episode_ends[step] = reward, terminated, terminated | truncated
             next_done = torch.as_tensor(episode_ends[step], device=device)  # the next step resets these envs' state
 
-            if "final_obs" in infos:
-                ended = infos["_final_obs"]
-                final_obs[step, ended] = np.stack(infos["final_obs"][ended])
-                ended_envs = torch.as_tensor(ended, device=device)
-                final_lstm_states[:, step, ended_envs] = torch.stack(next_lstm_state)[:, 0, ended_envs]
-                # a lost life ends the training episode only: statistics come with the end of a whole game
+            # a truncated game (the ALE stops at 108,000 frames) bootstraps from V(its real last observation) with its memory
+            cut = truncated & ~terminated  # a termination (a lost life too) zeroes it: only rare truncations need the network
+            if cut.any():
+                last_obs = torch.as_tensor(np.stack(infos["final_obs"][cut]), device=device)
+                state = tuple(s[:, torch.as_tensor(cut, device=device)] for s in next_lstm_state)
+                with torch.no_grad():  # one step from that memory, no reset before it
+                    value = agent.get_value(last_obs, state, torch.zeros(len(last_obs), device=device))
+                final_values[step, cut] = value.flatten().cpu().numpy()
+            if "final_obs" in infos:  # a lost life ends the training episode only: statistics come with a whole game's end
                 for i in np.flatnonzero(infos["final_info"].get("_episode", [])):
                     episodic_return = float(infos["final_info"]["episode"]["r"][i])
                     recent_returns.append(episodic_return)
                     writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                     writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
 
-        # flatten the batch
         b_obs = torch.as_tensor(obs.reshape((-1,) + envs.single_observation_space.shape), device=device)
         b_actions = torch.as_tensor(actions.reshape(-1), device=device)
         b_dones = dones.reshape(-1)
-        # acting did not need them, so the log-probabilities of the rollout policy and the values come from one
-        # pass replaying the rollout from its initial state (the same code as the update's: the first ratio is 1)
+        # acting did not need them: log-probabilities and values replayed from the initial state with the update's code
         with torch.no_grad():
             b_logprobs, _, b_values = agent.evaluate_actions(b_obs, initial_lstm_state, b_dones, b_actions)
-            last_value = agent.get_value(torch.as_tensor(next_obs, device=device), next_lstm_state, next_done)
-            last_value = last_value.flatten().cpu().numpy()
-            # a truncated game (the ALE stops at 108,000 frames) is not over for the agent: it bootstraps from the
-            # value of its real last observation, seen with the memory of the episode it ends (the state before the
-            # reset). A termination, a lost life included, zeroes it, so only the rare truncations go through the network
-            final_values = np.zeros_like(rewards)
-            truncated_steps = (episode_ends == 1) & (terminations == 0)
-            if truncated_steps.any():
-                truncated_obs = torch.as_tensor(final_obs[truncated_steps], device=device)
-                # each truncated step as its own one-step sequence (a batch of them), no reset before it
-                state = tuple(final_lstm_states[:, torch.as_tensor(truncated_steps, device=device)].unsqueeze(1))
-                no_reset = torch.zeros(len(truncated_obs), device=device)
-                final_values[truncated_steps] = agent.get_value(truncated_obs, state, no_reset).flatten().cpu().numpy()
+            last_value = agent.get_value(torch.as_tensor(next_obs, device=device), next_lstm_state, next_done).cpu().numpy()
         values = b_values.cpu().numpy().reshape(args.num_steps, args.num_envs)
         advantages, returns = compute_gae(
             rewards, values, last_value, final_values, terminations, episode_ends, args.gamma, args.gae_lambda
@@ -383,8 +348,7 @@ if __name__ == "__main__":
         b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
         b_returns = torch.as_tensor(returns.reshape(-1), device=device)
 
-        # Optimizing the policy and value network on minibatches of whole sequences of some envs (time-major: env e's
-        # steps are e, e + N, ...), each replayed from the state its rollout started with
+        # Optimizing the policy and value network on minibatches of whole sequences: all the steps of some envs
         flat_inds = torch.arange(batch_size, device=device).reshape(args.num_steps, args.num_envs)
         clipfracs = []
         for epoch in range(args.update_epochs):
@@ -453,35 +417,33 @@ if __name__ == "__main__":
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
         stats = f"{sps} SPS, return {np.mean(recent_returns):.1f}" if recent_returns else f"{sps} SPS"
-        progress.update(progress_task, completed=global_step, stats=stats)
+        progress.set_postfix_str(stats, refresh=False)
+        progress.update(global_step - progress.n)
         if progress.disable and (iteration % max(1, num_iterations // 20) == 0 or iteration == num_iterations):
             print(f"step {global_step}/{num_iterations * batch_size}, {stats}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 
-    progress.stop()
+    progress.close()
     if run_state:
         run_state.finish(global_step, checkpoint_state)
 
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         torch.save(agent.state_dict(), model_path)
-        print(f"model saved to {model_path}")
         from cleanrl_utils.evals.ppo_atari_lstm_eval import evaluate
 
+        eval_seed = args.seed + 100_000  # episodes the training run never saw
         episodic_returns = evaluate(
-            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Agent, device, args.capture_video, args.seed + 100_000
+            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Agent, device, args.capture_video, eval_seed, writer
         )
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(f"evaluation over 10 games: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
 
     envs.close()
     writer.close()
     if args.upload_model:  # after the envs close, so the last videos are complete
         from cleanrl_utils.huggingface import push
 
-        push(run_dir, episodic_returns, hf_repo_id, command=shlex.join(["python", *sys.argv]))
+        push(run_dir, episodic_returns, hf_repo_id)
     if args.track and args.capture_video:
         for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
             wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})

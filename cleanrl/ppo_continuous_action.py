@@ -1,12 +1,9 @@
 # PPO for continuous actions (Schulman et al. 2017): a diagonal Gaussian policy; docs: README.md#ppo_continuous_actionpy
-import ctypes.util
 import glob
 import importlib
 import json
-import math
 import os
 import random
-import shlex
 import sys
 import time
 from collections import deque
@@ -17,14 +14,9 @@ import numpy as np
 import torch
 import tyro
 from gymnasium.wrappers.utils import RunningMeanStd
-from rich.progress import MofNCompleteColumn, Progress
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
-
-# MuJoCo reads MUJOCO_GL once, on import: without a display, EGL renders off-screen (package libegl1); your own one wins
-HEADLESS = sys.platform.startswith("linux") and not os.environ.get("DISPLAY")
-if HEADLESS and "MUJOCO_GL" not in os.environ and ctypes.util.find_library("EGL"):
-    os.environ["MUJOCO_GL"] = "egl"
+from tqdm import tqdm
 
 # normalized observations and rewards are clipped to +-10, as CleanRL's original; the epsilon keeps divisions finite
 OBS_CLIP, REWARD_CLIP, NORM_EPSILON = 10.0, 10.0, 1e-8
@@ -97,7 +89,6 @@ class Args:
 
 
 def fail(message: str):
-    """Bad input ends with one line on stderr and exit code 2, before any heavy work."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 
@@ -143,7 +134,6 @@ class Agent(nn.Module):
         self.critic = mlp(1, out_std=1.0)
         self.actor_mean = mlp(action_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))  # state-independent
-        # env_action maps the Gaussian's [-1, 1] affinely onto each finite [low, high], then clips (as SB3 and the original)
         low, high = action_space.low, action_space.high
         finite = np.isfinite(low) & np.isfinite(high)
         self.action_low, self.action_high = low, high
@@ -151,27 +141,20 @@ class Agent(nn.Module):
         self.action_bias = np.where(finite, (high + low) / 2, 0.0).astype(action_space.dtype)
 
     def get_action(self, x):
-        """A sample of the Gaussian policy per observation: all that acting needs."""
-        action_mean = self.actor_mean(x)
-        return action_mean + self.actor_logstd.exp() * torch.randn_like(action_mean)
+        return torch.normal(self.actor_mean(x), self.actor_logstd.exp())  # a sample of the Gaussian policy
 
     def evaluate_actions(self, x, action):
-        """Log-probabilities, entropies and state values: the Gaussian's formulas, which unlike torch.distributions do
-        not raise on a NaN mean (the loss check then stops the run with one line)."""
-        action_mean = self.actor_mean(x)
-        logstd = self.actor_logstd.expand_as(action_mean)
-        z = (action - action_mean) * torch.exp(-logstd)
-        logprob = (-0.5 * z.square() - logstd - 0.5 * math.log(2 * math.pi)).sum(1)
-        entropy = (logstd + 0.5 + 0.5 * math.log(2 * math.pi)).sum(1)
-        return logprob, entropy, self.critic(x).flatten()
+        """Log-probabilities, entropies and state values. validate_args=False: a NaN mean does not raise here but reaches
+        the loss check, which stops the run with one line."""
+        probs = torch.distributions.Normal(self.actor_mean(x), self.actor_logstd.exp(), validate_args=False)
+        return probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(x).flatten()
 
     def env_action(self, action):
-        """The policy's raw sample (numpy; what the rollout stores) rescaled to the env's Box bounds and clipped."""
+        """[-1, 1] maps affinely onto each finite [low, high] of the action Box, then clips (as SB3 and the original)."""
         return np.clip(self.action_bias + self.action_scale * action, self.action_low, self.action_high)
 
 
 def normalize_obs(obs, obs_rms):
-    """Standardized with the running statistics, clipped to +-OBS_CLIP as CleanRL's original; float32 for the networks."""
     return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + NORM_EPSILON), -OBS_CLIP, OBS_CLIP).astype(np.float32)
 
 
@@ -213,10 +196,12 @@ def check_args(args):
         fail(f"--num-minibatches {args.num_minibatches} must divide --num-envs * --num-steps = {batch_size}; pick a divisor")
     if args.total_timesteps < batch_size:
         fail(f"--total-timesteps {args.total_timesteps} is less than one rollout (--num-envs * --num-steps = {batch_size})")
-    if args.upload_model and not args.save_model:
-        fail("--upload-model uploads the model that --save-model saves: add --save-model")
+    if args.capture_video:  # before the first env is made: MuJoCo chooses how to render when it is first imported
+        from cleanrl_utils.rendering import render_offscreen
+
+        render_offscreen(args.env_id)  # no display: EGL for MuJoCo, SDL's dummy driver for pygame; exit 2 if neither
     try:
-        env = make_env(args.env_id, 0, False, "")()  # gym.make imports the module of a `module:EnvName-v0` id
+        env = make_env(args.env_id, 0, False, "")()  # a `module:EnvName-v0` id imports its module, which registers the env
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
     box = all(isinstance(space, gym.spaces.Box) for space in [env.observation_space, env.action_space])
@@ -226,12 +211,6 @@ def check_args(args):
             f"{os.path.basename(__file__)} needs Box observations and one-dimensional Box actions (ppo.py takes Discrete ones)"
         )
     env.close()
-    renders_mujoco = any(family in str(env.spec.entry_point) for family in ["mujoco", "dm_control"])
-    if args.capture_video and renders_mujoco and HEADLESS and "MUJOCO_GL" not in os.environ:
-        fail(
-            "--capture-video: MuJoCo renders without a display through EGL (Debian/Ubuntu: apt-get install libegl1) "
-            "or OSMesa (apt-get install libosmesa6, then set MUJOCO_GL=osmesa); neither was found"
-        )
 
 
 if __name__ == "__main__":
@@ -245,7 +224,7 @@ if __name__ == "__main__":
     if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import upload_repo_id
 
-        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without a usable Hub token
+        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     batch_size = args.num_envs * args.num_steps
     minibatch_size, num_iterations = batch_size // args.num_minibatches, args.total_timesteps // batch_size
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
@@ -262,14 +241,12 @@ if __name__ == "__main__":
             sync_tensorboard=True,
             config=vars(args),
             name=run_name,
-            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
-            resume="allow",
             save_code=True,
         )
     # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
     writer = SummaryWriter(run_dir, purge_step=checkpoint["global_step"] + 1 if checkpoint else None)
-    table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
-    if not checkpoint:
+    if not checkpoint:  # a resumed run keeps its first table
+        table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
 
     # TRY NOT TO MODIFY: seeding
@@ -295,10 +272,7 @@ if __name__ == "__main__":
     actions = np.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape, dtype=np.float32)
     rewards, terminations, episode_ends = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32) for _ in range(3))
     final_obs = np.zeros_like(obs)  # the real last observation where an episode ended (obs[t + 1] is a reset one)
-    global_step = 0
-    raw_obs, _ = envs.reset(seed=args.seed)
-    obs_rms.update(raw_obs)
-    next_obs, discounted_returns = normalize_obs(raw_obs, obs_rms), np.zeros(args.num_envs)
+    global_step, next_obs, discounted_returns = 0, None, np.zeros(args.num_envs)
 
     def checkpoint_state():  # what a checkpoint holds
         running = (obs_rms, return_rms, discounted_returns)  # the normalization's running statistics
@@ -311,22 +285,19 @@ if __name__ == "__main__":
         run_state = RunState(run_dir, args, writer, checkpoint)
         if checkpoint:
             saved = run_state.restore(checkpoint_state())
-            global_step, next_obs, running = saved["global_step"], saved["next_obs"], saved["running"]
-            obs_rms, return_rms, discounted_returns = running
-            if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new episodes
-                raw_obs, _ = envs.reset(seed=args.seed + global_step)
-                obs_rms.update(raw_obs)
-                next_obs, discounted_returns = normalize_obs(raw_obs, obs_rms), np.zeros(args.num_envs)
+            obs_rms, return_rms, discounted_returns = saved["running"]
+            global_step, next_obs = saved["global_step"], (saved["next_obs"] if saved["envs"] else None)
+    if next_obs is None:  # new episodes: a new run, or a resume whose envs could not be pickled (e.g. recording video)
+        raw_obs, _ = envs.reset(seed=args.seed + global_step)
+        obs_rms.update(raw_obs)
+        next_obs, discounted_returns = normalize_obs(raw_obs, obs_rms), np.zeros(args.num_envs)
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    columns = (*Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}")
-    progress = Progress(*columns, disable=not sys.stdout.isatty())  # a bar on a terminal, else the loop prints lines
-    progress_task = progress.add_task(args.exp_name, total=num_iterations * batch_size, completed=global_step, stats="")
-    progress.start()
+    # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
+    progress = tqdm(total=num_iterations * batch_size, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
 
     for iteration in range(global_step // batch_size + 1, num_iterations + 1):
-        # Annealing the rate if instructed to do so.
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
@@ -357,7 +328,6 @@ if __name__ == "__main__":
                     writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                     writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
 
-        # flatten the batch
         b_obs = torch.as_tensor(obs.reshape((-1,) + envs.single_observation_space.shape), device=device)
         b_actions = torch.as_tensor(actions.reshape((-1,) + envs.single_action_space.shape), device=device)
         # acting did not need them: log-probabilities and values in one pass, with the update's code (first ratio: exactly 1)
@@ -365,9 +335,8 @@ if __name__ == "__main__":
             b_logprobs, _, b_values = agent.evaluate_actions(b_obs, b_actions)
             last_value = agent.critic(torch.as_tensor(next_obs, device=device)).cpu().numpy()
             # a truncated episode is not over for the agent: it bootstraps from the value of its real last observation
-            final_values = agent.critic(torch.as_tensor(final_obs, device=device).flatten(0, 1)).cpu().numpy()
+            final_values = agent.critic(torch.as_tensor(final_obs, device=device)).squeeze(-1).cpu().numpy()
         values = b_values.cpu().numpy().reshape(args.num_steps, args.num_envs)
-        final_values = final_values.reshape(args.num_steps, args.num_envs)
         advantages, returns = compute_gae(
             rewards, values, last_value, final_values, terminations, episode_ends, args.gamma, args.gae_lambda
         )
@@ -438,13 +407,14 @@ if __name__ == "__main__":
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
         stats = f"{sps} SPS, return {np.mean(recent_returns):.1f}" if recent_returns else f"{sps} SPS"
-        progress.update(progress_task, completed=global_step, stats=stats)
+        progress.set_postfix_str(stats, refresh=False)
+        progress.update(global_step - progress.n)
         if progress.disable and (iteration % max(1, num_iterations // 20) == 0 or iteration == num_iterations):
             print(f"step {global_step}/{num_iterations * batch_size}, {stats}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 
-    progress.stop()
+    progress.close()
     if run_state:
         run_state.finish(global_step, checkpoint_state)
 
@@ -454,22 +424,19 @@ if __name__ == "__main__":
         obs_stats = {"mean": torch.as_tensor(obs_rms.mean), "var": torch.as_tensor(obs_rms.var), "count": float(obs_rms.count)}
         obs_stats.update(epsilon=NORM_EPSILON, clip=OBS_CLIP)
         torch.save({"model_weights": agent.state_dict(), "obs_normalization": obs_stats, "args": vars(args)}, model_path)
-        print(f"model saved to {model_path}")
         from cleanrl_utils.evals.ppo_continuous_action_eval import evaluate
 
+        eval_seed = args.seed + 100_000  # episodes the training run never saw
         episodic_returns = evaluate(
-            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Agent, device, args.capture_video, args.seed + 100_000
+            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Agent, device, args.capture_video, eval_seed, writer
         )
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(f"evaluation over 10 episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
 
     envs.close()
     writer.close()
     if args.upload_model:  # after the envs close, so the last videos are complete
         from cleanrl_utils.huggingface import push
 
-        push(run_dir, episodic_returns, hf_repo_id, command=shlex.join(["python", *sys.argv]))
+        push(run_dir, episodic_returns, hf_repo_id)
     if args.track and args.capture_video:
         for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
             wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})

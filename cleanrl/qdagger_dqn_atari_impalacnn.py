@@ -3,7 +3,6 @@ import glob
 import json
 import os
 import random
-import shlex
 import sys
 import time
 from collections import deque
@@ -15,10 +14,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import tyro
-from rich.progress import MofNCompleteColumn, Progress
 from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
 
 from cleanrl_utils.buffers import FrameReplayBuffer
 
@@ -236,11 +235,8 @@ def check_args(args):
         fail(f"--buffer-size {args.buffer_size} must hold --batch-size {args.batch_size} and 16 frames per env")
     if (args.teacher_model_path is None) == (args.teacher_model_repo is None):
         fail("give exactly one teacher: --teacher-model-path (a dqn_atari.py model file) or --teacher-model-repo (a Hub repo)")
-    if args.upload_model and not args.save_model:
-        fail("--upload-model uploads the model that --save-model saves: add --save-model")
-    gym.register_envs(ale_py)
     try:
-        env = gym.make(args.env_id)  # the bare env, to check that it is an Atari game before building the stack
+        env = gym.make(args.env_id)  # a `module:EnvName-v0` id imports its module, which registers the env
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
     if not hasattr(env.unwrapped, "ale") or len(getattr(env.observation_space, "shape", None) or ()) not in (2, 3):
@@ -259,7 +255,7 @@ if __name__ == "__main__":
     if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import upload_repo_id
 
-        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without a usable Hub token
+        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     teacher_path = None if checkpoint else load_teacher(args)  # a resumed run has the teacher in its checkpoint
     num_iterations = args.total_timesteps // args.num_envs  # online vector steps
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
@@ -276,8 +272,6 @@ if __name__ == "__main__":
             sync_tensorboard=True,
             config=vars(args),
             name=run_name,
-            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
-            resume="allow",
             save_code=True,
         )
     # one step axis: offline update k at k, online step s at offline_steps + s (as the original); on resume, purge_step
@@ -329,15 +323,15 @@ if __name__ == "__main__":
             global_step, teacher_returns = saved["global_step"], saved["teacher_returns"]
             recent_returns.extend(saved["recent_returns"])
             if not args.checkpoint_buffer and phase == "online":
-                updates_start = global_step + args.learning_starts
-                refill = f"refilling it for {args.learning_starts} steps, learning again after step {updates_start}"
+                updates_start = run_state.refill(global_step, args.learning_starts)
             elif not args.checkpoint_buffer:  # the offline updates need the teacher's data: it plays again from its start
-                teacher_step, refill = 0, f"the teacher refills it for {args.teacher_steps} steps, then offline updates go on"
-            if not args.checkpoint_buffer:
-                print(f"the checkpoint holds no replay buffer (--checkpoint-buffer was off): {refill}", file=sys.stderr)
+                teacher_step = 0
+                print(
+                    f"the checkpoint holds no replay buffer: the teacher refills it for {args.teacher_steps} steps",
+                    file=sys.stderr,
+                )
             if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new games
                 obs, _ = envs.reset(seed=args.seed + teacher_step + offline_step + global_step)
-                rb.open[:] = False  # the buffer's open episodes were cut: the new ones start new runs of frames
     if not checkpoint:  # a resumed run restored the teacher and its scores
         from cleanrl_utils.evals.dqn_eval import evaluate  # epsilon 0.05, as dqn_atari.py's evaluation
 
@@ -389,19 +383,15 @@ if __name__ == "__main__":
         for name, value in losses.items():
             writer.add_scalar(f"{prefix}/{name}", value.item(), step)
 
-    def update_target_network():
-        with torch.no_grad():
-            for param, target_param in zip(q_network.parameters(), target_network.parameters()):
-                target_param.lerp_(param, args.tau)  # tau 1 copies the Q-network
-
-    def end_of_step(step, advance, total, stats):
-        """About 20 reports a phase, then the checkpoint call (run_state's interval counts online steps, the budget's)."""
-        every = max(1, total // 20)
-        if step // every > (step - advance) // every or step >= total:
+    def end_of_step(step, advance, stats):
+        """About 20 reports a phase on its bar, then the checkpoint call (run_state's interval counts online steps)."""
+        every = max(1, progress.total // 20)
+        if step // every > (step - advance) // every or step >= progress.total:
             stats = f"{(step - start_step) / (time.time() - start_time):.0f}/s, {stats}"
-            progress.update(progress_task, description=phase, total=total, completed=step, stats=stats)
+            progress.set_postfix_str(f"{phase}, {stats}", refresh=False)
+            progress.update(step - progress.n)
             if progress.disable:
-                print(f"step {step}/{total} ({phase}), {stats}", flush=True)
+                print(f"step {step}/{progress.total} ({phase}), {stats}", flush=True)
         interval = args.checkpoint_interval  # the teacher's and the offline phase's checkpoints: at their own steps
         if run_state and phase != "online" and interval and step // interval > (step - advance) // interval:
             run_state.save(global_step, checkpoint_state(), finished=False)
@@ -410,31 +400,34 @@ if __name__ == "__main__":
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
     print(f"the teacher scores {teacher_mean:.1f} on average over {len(teacher_returns)} games: {teacher_returns}")
-    columns = (*Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}")
-    progress = Progress(*columns, disable=not sys.stdout.isatty())  # a bar on a terminal, else the loop prints lines
-    progress_task = progress.add_task(phase, total=None, stats="")
-    progress.start()
 
     if phase != "online":
         # 1. the teacher fills a replay buffer (the paper does not assume the teacher's own buffer is at hand; Fig. A.19)
         phase, teacher_games, start_time, start_step = "teacher", deque(maxlen=10), time.time(), teacher_step
+        # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
+        progress = tqdm(total=args.teacher_steps, initial=teacher_step, unit="step", file=sys.stdout, disable=None)
         while teacher_step < args.teacher_steps:
             teacher_step += args.num_envs
             epsilon = linear_schedule(args.teacher_start_e, args.end_e, args.teacher_steps, teacher_step)
             teacher_games.extend(score for score, _ in play(teacher, epsilon, teacher_step))
             recent = f"teacher's return {np.mean(teacher_games):.1f}" if teacher_games else "teacher's return -"
-            end_of_step(teacher_step, args.num_envs, args.teacher_steps, recent)
+            end_of_step(teacher_step, args.num_envs, recent)
+        progress.close()
 
         # 2. offline: the student learns from the teacher's data alone, the distillation at full weight
         phase, start_time, start_step = "offline", time.time(), offline_step
+        progress = tqdm(total=args.offline_steps, initial=offline_step, unit="update", file=sys.stdout, disable=None)
         while offline_step < args.offline_steps:
             offline_step += 1
             losses = qdagger_update(distill_coeff=1.0)
             if offline_step % args.target_network_frequency == 0:
-                update_target_network()
+                with torch.no_grad():
+                    for param, target_param in zip(q_network.parameters(), target_network.parameters()):
+                        target_param.lerp_(param, args.tau)  # tau 1 copies the Q-network
             if offline_step % 100 == 0 or offline_step == args.offline_steps:
                 log_losses("offline", losses, offline_step)
-            end_of_step(offline_step, 1, args.offline_steps, f"distillation loss {losses['distill_loss'].item():.3f}")
+            end_of_step(offline_step, 1, f"distillation loss {losses['distill_loss'].item():.3f}")
+        progress.close()
 
         rb = None  # the teacher's buffer goes before the student's fills: one full buffer in memory at a time
         rb = FrameReplayBuffer(args.buffer_size, args.num_envs, envs.single_observation_space)
@@ -442,6 +435,7 @@ if __name__ == "__main__":
 
     # 3. online: the student acts and learns; the distillation fades as its score nears the teacher's
     phase, start_time, start_step = "online", time.time(), global_step
+    progress = tqdm(total=num_iterations * args.num_envs, initial=global_step, unit="step", file=sys.stdout, disable=None)
     for iteration in range(global_step // args.num_envs + 1, num_iterations + 1):
         global_step += args.num_envs
         log_step = args.offline_steps + global_step
@@ -462,12 +456,14 @@ if __name__ == "__main__":
                     writer.add_scalar("charts/epsilon", epsilon, log_step)
                     writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), log_step)
             if iteration % args.target_network_frequency == 0:
-                update_target_network()
+                with torch.no_grad():
+                    for param, target_param in zip(q_network.parameters(), target_network.parameters()):
+                        target_param.lerp_(param, args.tau)
 
         recent = f"return {np.mean(recent_returns):.1f}" if recent_returns else "return -"
-        end_of_step(global_step, args.num_envs, num_iterations * args.num_envs, recent)
+        end_of_step(global_step, args.num_envs, recent)
 
-    progress.stop()
+    progress.close()
     if not all(torch.isfinite(p).all() for p in q_network.parameters()):
         sys.exit(f"error: the loss turned non-finite by step {global_step} (the network holds NaN); stopping (no model saved)")
     if run_state:
@@ -476,23 +472,19 @@ if __name__ == "__main__":
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         torch.save(q_network.state_dict(), model_path)
-        print(f"model saved to {model_path}")
         from cleanrl_utils.evals.dqn_eval import evaluate
 
+        eval_name = f"{run_name}-eval"  # its videos go to videos/{eval_name}
         episodic_returns = evaluate(
-            model_path, make_env, args.env_id, 10, f"{run_name}-eval", QNetwork, device, 0.05, args.capture_video, eval_seed
+            model_path, make_env, args.env_id, 10, eval_name, QNetwork, device, 0.05, args.capture_video, eval_seed, writer
         )
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        mean, std = np.mean(episodic_returns), np.std(episodic_returns)
-        print(f"evaluation over {len(episodic_returns)} games: {mean:.1f} +- {std:.1f} (the teacher: {teacher_mean:.1f})")
 
     envs.close()
     writer.close()
     if args.upload_model:  # after the envs close, so the last videos are complete
         from cleanrl_utils.huggingface import push
 
-        push(run_dir, episodic_returns, hf_repo_id, command=shlex.join(["python", *sys.argv]))
+        push(run_dir, episodic_returns, hf_repo_id)
     if args.track and args.capture_video:
         for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
             wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})

@@ -1,10 +1,8 @@
 # Rainbow (Hessel et al. 2018) on Atari games, with a prioritized n-step frame-once replay; docs: README.md#rainbow_ataripy
 import glob
-import importlib
 import json
 import os
 import random
-import shlex
 import sys
 import time
 from collections import deque
@@ -15,12 +13,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 import tyro
-from rich.progress import MofNCompleteColumn, Progress
 from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
 
-from cleanrl_utils.buffers import FrameReplayBuffer
+from cleanrl_utils.buffers import FrameReplayBuffer, SumTree
 
 
 @dataclass
@@ -97,12 +95,9 @@ def fail(message: str):
 
 def make_env(env_id, idx, capture_video, run_name):
     def thunk():
-        module, _, registered_id = env_id.rpartition(":")
-        if module:  # a user's own env: importing its module registers it, as gym.make would
-            importlib.import_module(module)
         gym.register_envs(ale_py)
         # the ALE's own frame skip off (the v5 ids skip 4 by default): MaxAndSkipEnv skips, max-pooling the last two frames
-        env = gym.make(registered_id, frameskip=1, render_mode="rgb_array" if capture_video and idx == 0 else None)
+        env = gym.make(env_id, frameskip=1, render_mode="rgb_array" if capture_video and idx == 0 else None)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # innermost: the real game score over all lives, unclipped
         if capture_video and idx == 0:
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")  # the real frames, whole games
@@ -121,11 +116,10 @@ def make_env(env_id, idx, capture_video, run_name):
 
 
 class NoisyLinear(nn.Module):
-    """A linear layer with factorised Gaussian noise (Fortunato et al. 2018): weights mu_w + sigma_w * eps_w with
-    eps_w = outer(f(eps_out), f(eps_in)), f(x) = sign(x) sqrt(|x|), the bias mu_b + sigma_b * f(eps_out). The noise
-    is drawn afresh at each forward pass in training mode: it is the agent's exploration (no epsilon)."""
+    """A linear layer with factorised Gaussian noise (Fortunato et al. 2018), drawn afresh at each forward pass in training
+    mode: weights mu_w + sigma_w * outer(f(eps_out), f(eps_in)), f(x) = sign(x) sqrt(|x|), bias mu_b + sigma_b * f(eps_out)."""
 
-    def __init__(self, in_features, out_features, sigma0=0.5):
+    def __init__(self, in_features, out_features, sigma0=0.5):  # sigma_0 0.5: the paper's
         super().__init__()
         bound = in_features**-0.5
         self.weight_mu = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))
@@ -146,11 +140,10 @@ class NoisyLinear(nn.Module):
 
 # ALGO LOGIC: initialize agent here:
 class QNetwork(nn.Module):
-    """The Nature DQN CNN, then a dueling distributional head of noisy layers: value and advantage streams, 3136 ->
-    512 -> atoms (per action for the advantage), combined as value + advantage - mean advantage over actions, then a
-    softmax over the atoms per action. It scales the uint8 frames itself, so the buffer and the batches stay uint8."""
+    """The Nature DQN CNN, then a dueling distributional head of noisy layers (value and advantage streams, 512 units
+    each); it scales the uint8 frames itself, so the buffer and the batches stay uint8."""
 
-    def __init__(self, envs, n_atoms=51, v_min=-10, v_max=10, noisy_sigma=0.5):  # sigma_0 0.5: the paper's
+    def __init__(self, envs, n_atoms=51, v_min=-10, v_max=10):
         super().__init__()
         self.n_actions, self.n_atoms = envs.single_action_space.n, n_atoms
         self.register_buffer("atoms", torch.linspace(v_min, v_max, steps=n_atoms))
@@ -158,10 +151,8 @@ class QNetwork(nn.Module):
         channels = envs.single_observation_space.shape[0]
         convs = [nn.Conv2d(channels, 32, 8, stride=4), nn.Conv2d(32, 64, 4, stride=2), nn.Conv2d(64, 64, 3, stride=1)]
         self.network = nn.Sequential(*(layer for conv in convs for layer in (conv, nn.ReLU())), nn.Flatten())
-        self.value = nn.Sequential(NoisyLinear(3136, 512, noisy_sigma), nn.ReLU(), NoisyLinear(512, n_atoms, noisy_sigma))
-        self.advantage = nn.Sequential(
-            NoisyLinear(3136, 512, noisy_sigma), nn.ReLU(), NoisyLinear(512, self.n_actions * n_atoms, noisy_sigma)
-        )
+        self.value = nn.Sequential(NoisyLinear(3136, 512), nn.ReLU(), NoisyLinear(512, n_atoms))
+        self.advantage = nn.Sequential(NoisyLinear(3136, 512), nn.ReLU(), NoisyLinear(512, self.n_actions * n_atoms))
 
     def forward(self, x):
         """The probability mass functions, shaped (batch, actions, atoms); each call draws new noise."""
@@ -179,9 +170,8 @@ class QNetwork(nn.Module):
 
 
 def project_distribution(next_pmfs, rewards, terminations, gamma, atoms):
-    """The target distribution of C51 (Bellemare et al. 2017, Algorithm 1): each atom z_j of the next state's
-    distribution moves to r + gamma * z_j (just r where the episode terminated; a truncation still bootstraps),
-    is clipped to [v_min, v_max], and its probability is split between the two nearest atoms of the support."""
+    """C51's target (Algorithm 1): each atom z_j of the next state's distribution moves to r + gamma * z_j (just r where the
+    episode terminated), is clipped to [v_min, v_max], and its mass is split between the two nearest atoms."""
     v_min, v_max, n_atoms = atoms[0], atoms[-1], len(atoms)
     delta_z = (v_max - v_min) / (n_atoms - 1)
     next_atoms = (rewards.unsqueeze(1) + gamma * atoms * (1.0 - terminations.unsqueeze(1))).clamp(v_min, v_max)
@@ -196,71 +186,39 @@ def project_distribution(next_pmfs, rewards, terminations, gamma, atoms):
     return target_pmfs
 
 
-class SumTree:
-    """Proportional prioritized sampling in O(log N) (Schaul et al. 2016): a binary tree whose leaves hold the
-    priorities**alpha and whose every inner node holds the sum of its two children: the root, node 1, the total."""
-
-    def __init__(self, size):
-        self.leaves = 1 << max(0, size - 1).bit_length()  # a power of two: leaf i is node leaves + i
-        self.nodes = np.zeros(2 * self.leaves, dtype=np.float64)
-
-    def set(self, indices, values):
-        nodes = self.leaves + np.asarray(indices, dtype=np.int64)
-        self.nodes[nodes] = values
-        while nodes[0] > 1:  # up to the root, each parent recomputed from its children (duplicates agree)
-            nodes = nodes // 2
-            self.nodes[nodes] = self.nodes[2 * nodes] + self.nodes[2 * nodes + 1]
-
-    def find(self, masses):
-        """The leaf where each cumulative mass in [0, total) falls: descend left or right by the left child's sum."""
-        nodes, masses = np.ones(len(masses), dtype=np.int64), np.array(masses, dtype=np.float64)
-        while nodes[0] < self.leaves:
-            right = masses >= self.nodes[2 * nodes]  # descend right, past the left subtree's mass
-            masses -= self.nodes[2 * nodes] * right
-            nodes = 2 * nodes + right
-        return nodes - self.leaves
-
-
 class PrioritizedFrameReplayBuffer(FrameReplayBuffer):
     """cleanrl_utils.buffers.FrameReplayBuffer's frame-once storage, plus Rainbow's prioritized n-step replay:
     - a sum tree over the slots holds priority**alpha per transition; a new one gets the highest priority yet;
     - the n-step return is summed at sampling time from the following slots' rewards, stopping at a termination
       (discount 0) or a truncation (discount gamma**k, bootstrapping from the real last observation), never crossing
-      into the next episode; a transition is sampled once its n next steps are written or its episode is over.
-    Memory: 7,056 bytes a frame, 34 for the rest and ~17 for the tree: 7.1 GB at the default 1,000,000 frames."""
+      into the next episode; a transition is sampled once its n next steps are written or its episode is over."""
 
     def __init__(self, buffer_size, num_envs, observation_space, n_step=3, gamma=0.99, alpha=0.5):
         super().__init__(buffer_size, num_envs, observation_space)
         self.n_step, self.gamma, self.alpha = n_step, gamma, alpha
-        self.ends_episode = np.zeros(self.positions.shape, dtype=bool)  # terminated or truncated: the n-step return stops
         self.tree, self.max_priority = SumTree(self.positions.size), 1.0  # leaf env * capacity + slot
 
     def add(self, obs, next_obs, actions, rewards, terminations, truncations):
-        written = self.counts.copy()
-        super().add(obs, next_obs, actions, rewards, terminations, truncations)
-        for i in range(len(obs)):
-            slots = np.arange(written[i], self.counts[i]) % self.capacity  # an episode's first frames, then the step's
-            self.ends_episode[i, slots] = False
-            self.ends_episode[i, slots[-1]] = terminations[i] or truncations[i]  # the n-step return stops there
-            # a new transition gets the highest priority yet; a frame that only starts an episode gets none
-            priorities = np.where(self.ends_transition[i, slots], self.max_priority**self.alpha, 0.0)
-            self.tree.set(i * self.capacity + slots, priorities)
+        written = super().add(obs, next_obs, actions, rewards, terminations, truncations)  # env * capacity + slot
+        # a new transition gets the highest priority yet; a frame that only starts an episode gets none
+        self.tree.set(written, np.where(self.ends_transition.flat[written], self.max_priority**self.alpha, 0.0))
 
     def n_step_transitions(self, envs, slots):
         """For each transition: whether it is valid, its n-step return, its discount (gamma**k after k <= n steps, 0
         if a termination came first) and the slot whose next observation ends it."""
-        positions, valid = self.positions[envs, slots], self.is_valid(envs, slots)
+        positions, starts, valid = self.positions[envs, slots], self.episode_starts[envs, slots], self.is_valid(envs, slots)
+        ended = (starts != self.current_starts[envs]) | ~self.open[envs]  # the episode is over: no more steps will come
         returns, discounts = np.zeros(len(envs), dtype=np.float32), np.ones(len(envs), dtype=np.float32)
         last, running = slots.copy(), valid.copy()  # running: the return goes on through the next step
         for k in range(self.n_step):
-            written = positions + k < self.counts[envs]
-            valid &= written | ~running  # the episode goes on past the newest frame: not yet an n-step transition
-            running &= written
             step = (positions + k) % self.capacity
+            # a step of the same episode: written (the slot may still hold an old frame) and of the same run of frames
+            in_episode = (positions + k < self.counts[envs]) & (self.episode_starts[envs, step] == starts)
+            valid &= in_episode | ended | ~running  # the episode goes on past the newest frame: not yet an n-step transition
+            running &= in_episode
             returns += np.where(running, discounts * self.rewards[envs, step], 0.0)
             discounts = np.where(running, discounts * self.gamma * (1.0 - self.terminations[envs, step]), discounts)
             last = np.where(running, step, last)
-            running &= ~self.ends_episode[envs, step]
         return valid, returns, discounts.astype(np.float32), last
 
     def get(self, envs, slots):
@@ -271,39 +229,19 @@ class PrioritizedFrameReplayBuffer(FrameReplayBuffer):
 
     def sample(self, batch_size, beta, device):
         """A batch drawn in proportion to priority**alpha, importance weights (N * P(i))**-beta divided by the batch's
-        largest, and the batch's (envs, slots) for update_priorities."""
-        envs = slots = np.empty(0, dtype=np.int64)
-        for _ in range(1000):  # redraw the few draws that are not valid transitions yet (or any more)
-            leaves = self.tree.find(np.random.random(batch_size) * self.tree.nodes[1])
-            leaves = leaves[self.tree.nodes[self.tree.leaves + leaves] > 0]  # floating-point edges may hit empty leaves
-            draw_envs, draw_slots = np.divmod(leaves, self.capacity)
-            valid = self.n_step_transitions(draw_envs, draw_slots)[0]
-            envs, slots = np.concatenate([envs, draw_envs[valid]]), np.concatenate([slots, draw_slots[valid]])
-            if len(envs) >= batch_size:
-                break
-        else:
-            raise RuntimeError("the replay buffer holds no whole transition yet")
-        envs, slots = envs[:batch_size], slots[:batch_size]
-        probabilities = self.tree.nodes[self.tree.leaves + envs * self.capacity + slots] / self.tree.nodes[1]
+        largest, and the batch's indices in the sum tree (env * capacity + slot) for update_priorities."""
+        # a draw that is not a whole transition yet (or any more) is drawn again
+        indices = self.tree.sample(batch_size, lambda drawn: self.n_step_transitions(*np.divmod(drawn, self.capacity))[0])
+        envs, slots = np.divmod(indices, self.capacity)
+        probabilities = self.tree.nodes[self.tree.leaves + indices] / self.tree.nodes[1]
         weights = (np.count_nonzero(self.tree.nodes[self.tree.leaves :]) * probabilities) ** -beta
         batch = (*self.get(envs, slots), (weights / weights.max()).astype(np.float32))
-        return *(torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in batch), (envs, slots)
+        return *(torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in batch), indices
 
     def update_priorities(self, indices, priorities):
-        """The new priorities (the transitions' losses) of the transitions sampled at (envs, slots)."""
-        envs, slots = indices
+        """The new priorities (the transitions' losses) of the transitions sampled at these sum-tree indices."""
         self.max_priority = max(self.max_priority, float(priorities.max()))
-        self.tree.set(envs * self.capacity + slots, priorities**self.alpha)
-
-    def state_dict(self):
-        state = super().state_dict()
-        ends_episode = self.ends_episode[:, : state["frames"].shape[1]]  # the slots written so far
-        return state | {"ends_episode": ends_episode, "tree": self.tree.nodes, "max_priority": self.max_priority}
-
-    def load_state_dict(self, state):
-        state = dict(state)
-        self.tree.nodes[:], self.max_priority = state.pop("tree"), state.pop("max_priority")
-        super().load_state_dict(state)
+        self.tree.set(indices, priorities**self.alpha)
 
 
 def check_args(args):
@@ -330,18 +268,12 @@ def check_args(args):
         fail(f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
     if args.buffer_size < 16 * args.num_envs:  # a stack needs 5 live frames per env; keep a margin
         fail(f"--buffer-size {args.buffer_size} is too small: at least 16 frames per env ({16 * args.num_envs})")
-    if args.upload_model and not args.save_model:
-        fail("--upload-model uploads the model that --save-model saves: add --save-model")
-    gym.register_envs(ale_py)
     try:
-        env = gym.make(args.env_id)  # the bare env, to check that it is an Atari game before building the stack
+        env = gym.make(args.env_id)  # a `module:EnvName-v0` id imports its module, which registers the env
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
-    if not hasattr(env.unwrapped, "ale"):
-        fail(
-            f"--env-id {args.env_id} is not an ALE Atari game ({env.observation_space} observations): rainbow_atari.py "
-            "trains on the game's frames and reads the emulator's lives; use c51.py (distributional DQN) for vector observations"
-        )
+    if not hasattr(env.unwrapped, "ale"):  # the wrappers read the emulator's lives
+        fail(f"--env-id {args.env_id} is not an ALE Atari game; use c51.py (distributional DQN) for vector observations")
     env.close()
 
 
@@ -356,7 +288,7 @@ if __name__ == "__main__":
     if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import upload_repo_id
 
-        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without a usable Hub token
+        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     num_iterations = args.total_timesteps // args.num_envs  # vector steps
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
@@ -372,8 +304,6 @@ if __name__ == "__main__":
             sync_tensorboard=True,
             config=vars(args),
             name=run_name,
-            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
-            resume="allow",
             save_code=True,
         )
     # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
@@ -394,10 +324,9 @@ if __name__ == "__main__":
         [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
-    support = dict(n_atoms=args.n_atoms, v_min=args.v_min, v_max=args.v_max)
-    q_network = QNetwork(envs, **support).to(device)
+    q_network = QNetwork(envs, args.n_atoms, args.v_min, args.v_max).to(device)
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=1.5e-4)  # the paper's Adam epsilon
-    target_network = QNetwork(envs, **support).to(device)
+    target_network = QNetwork(envs, args.n_atoms, args.v_min, args.v_max).to(device)
     target_network.load_state_dict(q_network.state_dict())
     n_step_args = dict(n_step=args.n_step, gamma=args.gamma, alpha=args.prioritized_replay_alpha)
     rb = PrioritizedFrameReplayBuffer(args.buffer_size, args.num_envs, envs.single_observation_space, **n_step_args)
@@ -406,7 +335,7 @@ if __name__ == "__main__":
 
     def checkpoint_state():  # what a checkpoint holds; the replay buffer only with --checkpoint-buffer
         state = dict(q_network=q_network, target_network=target_network, optimizer=optimizer, envs=envs, obs=obs)
-        return state | dict(rb=rb if args.checkpoint_buffer else None, global_step=global_step, updates_start=updates_start)
+        return state | dict(rb=rb if args.checkpoint_buffer else None, global_step=global_step)
 
     run_state = None
     if args.checkpoint_interval or checkpoint:  # needs cleanrl_utils; a copied script trains without it
@@ -415,20 +344,15 @@ if __name__ == "__main__":
         run_state = RunState(run_dir, args, writer, checkpoint)
         if checkpoint:
             saved = run_state.restore(checkpoint_state())
-            global_step, obs, updates_start = saved["global_step"], saved["obs"], saved["updates_start"]
-            if not args.checkpoint_buffer:
-                updates_start = global_step + args.learning_starts
-                refill = f"refilling it for {args.learning_starts} steps, learning again after step {updates_start}"
-                print(f"the checkpoint holds no replay buffer (--checkpoint-buffer was off): {refill}", file=sys.stderr)
+            global_step, obs = saved["global_step"], saved["obs"]
+            if not args.checkpoint_buffer:  # an empty buffer: acting without learning refills it first
+                updates_start = run_state.refill(global_step, args.learning_starts)
             if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new games
                 obs, _ = envs.reset(seed=args.seed + global_step)
-                rb.open[:] = False  # the buffer's open episodes were cut: the new ones start new runs of frames
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    columns = (*Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}")
-    progress = Progress(*columns, disable=not sys.stdout.isatty())  # a bar on a terminal, else the loop prints lines
-    progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
-    progress.start()
+    # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
+    progress = tqdm(total=num_iterations * args.num_envs, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
 
     for iteration in range(global_step // args.num_envs + 1, num_iterations + 1):
@@ -456,14 +380,12 @@ if __name__ == "__main__":
         # ALGO LOGIC: training
         if global_step > updates_start and iteration % args.train_frequency == 0:
             # beta grows to 1: importance sampling corrects prioritized replay's bias fully by the end of training
-            beta0 = args.prioritized_replay_beta
-            beta = min(1.0, beta0 + (1.0 - beta0) * global_step / args.total_timesteps)
+            beta = args.prioritized_replay_beta + (1.0 - args.prioritized_replay_beta) * global_step / args.total_timesteps
             b_obs, b_actions, b_next_obs, b_returns, b_discounts, b_weights, indices = rb.sample(args.batch_size, beta, device)
             with torch.no_grad():
                 # double Q-learning: the online network picks the next action, the target network evaluates it
                 _, next_pmfs = target_network.get_action(b_next_obs, q_network.get_action(b_next_obs)[0])
-                # c51's projection at each sample's own discount: gamma**n (gamma**k where a truncation came after k
-                # steps), 0 where the episode terminated, so no separate termination flag
+                # c51's projection at each sample's discount (gamma**n; gamma**k if truncated after k steps; 0 if terminated)
                 no_terminations, discounts = torch.zeros_like(b_returns), b_discounts.unsqueeze(1)
                 target_pmfs = project_distribution(next_pmfs, b_returns, no_terminations, discounts, q_network.atoms)
             _, old_pmfs = q_network.get_action(b_obs, b_actions)
@@ -488,13 +410,14 @@ if __name__ == "__main__":
         if report or iteration % 100 == 0:
             sps = int((global_step - start_step) / (time.time() - start_time))
             stats = f"{sps} SPS, return {np.mean(recent_returns):.1f}" if recent_returns else f"{sps} SPS"
-            progress.update(progress_task, completed=global_step, stats=stats)
+            progress.set_postfix_str(stats, refresh=False)
+            progress.update(global_step - progress.n)
             if progress.disable and report:
                 print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 
-    progress.stop()
+    progress.close()
     if run_state:
         run_state.finish(global_step, checkpoint_state)
 
@@ -504,22 +427,20 @@ if __name__ == "__main__":
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         # the support's size and range come with the weights: evaluation rebuilds the same network
         torch.save({"model_weights": q_network.state_dict(), "args": vars(args)}, model_path)
-        print(f"model saved to {model_path}")
         from cleanrl_utils.evals.rainbow_eval import evaluate
 
-        # the agent as it acts: greedy under fresh noise at each step (rainbow_eval.py seeds torch for it)
-        kwargs = dict(Model=QNetwork, device=device, capture_video=args.capture_video, seed=args.seed + 100_000)
-        episodic_returns = evaluate(model_path, make_env, args.env_id, 10, f"{run_name}-eval", **kwargs)  # 10 whole games
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(f"evaluation over 10 games: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
+        # 10 whole games of the agent as it acts: greedy under fresh noise at each step (rainbow_eval.py seeds torch for it)
+        eval_seed = args.seed + 100_000  # episodes the training run never saw
+        episodic_returns = evaluate(
+            model_path, make_env, args.env_id, 10, f"{run_name}-eval", QNetwork, device, args.capture_video, eval_seed, writer
+        )
 
     envs.close()
     writer.close()
     if args.upload_model:  # after the envs close, so the last videos are complete
         from cleanrl_utils.huggingface import push
 
-        push(run_dir, episodic_returns, hf_repo_id, command=shlex.join(["python", *sys.argv]))
+        push(run_dir, episodic_returns, hf_repo_id)
     if args.track and args.capture_video:
         for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
             wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})

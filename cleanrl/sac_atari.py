@@ -3,7 +3,6 @@ import glob
 import json
 import os
 import random
-import shlex
 import sys
 import time
 from collections import deque
@@ -15,10 +14,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import tyro
-from rich.progress import MofNCompleteColumn, Progress
 from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
 from torch import nn, optim
 from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
 
 from cleanrl_utils.buffers import FrameReplayBuffer
 
@@ -174,11 +173,8 @@ def check_args(args):
             fail(f"--{flag.replace('_', '-')} must be in (0, 1], got {getattr(args, flag)}")
     if args.buffer_size < max(args.batch_size, 16 * args.num_envs):  # a stack needs 5 live frames per env; a margin
         fail(f"--buffer-size {args.buffer_size} must hold --batch-size {args.batch_size} and 16 frames per env")
-    if args.upload_model and not args.save_model:
-        fail("--upload-model uploads the model that --save-model saves: add --save-model")
-    gym.register_envs(ale_py)
     try:
-        env = gym.make(args.env_id)  # the bare env, to check that it is an Atari game before building the stack
+        env = gym.make(args.env_id)  # a `module:EnvName-v0` id imports its module, which registers the env
     except (gym.error.Error, ModuleNotFoundError) as e:
         fail(f"--env-id {args.env_id}: {e}")
     if not hasattr(env.unwrapped, "ale") or len(getattr(env.observation_space, "shape", None) or ()) not in (2, 3):
@@ -197,7 +193,7 @@ if __name__ == "__main__":
     if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import upload_repo_id
 
-        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without a usable Hub token
+        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     num_iterations = args.total_timesteps // args.num_envs  # vector steps
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
@@ -213,8 +209,6 @@ if __name__ == "__main__":
             sync_tensorboard=True,
             config=vars(args),
             name=run_name,
-            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
-            resume="allow",
             save_code=True,
         )
     # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
@@ -261,18 +255,14 @@ if __name__ == "__main__":
             global_step, obs = saved["global_step"], saved["obs"]
             log_alpha.data.copy_(saved["log_alpha"])
             if not args.checkpoint_buffer:  # an empty buffer: the policy acts, without learning, until it refills
-                updates_start = global_step + args.learning_starts
-                print(f"no replay buffer in the checkpoint: refilling it until step {updates_start}", file=sys.stderr)
+                updates_start = run_state.refill(global_step, args.learning_starts)
             if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new games
                 obs, _ = envs.reset(seed=args.seed + global_step)
-                rb.open[:] = False  # the buffer's open episodes were cut: the new ones start new runs of frames
     alpha = log_alpha.detach().exp() if args.autotune else torch.tensor(args.alpha, device=device)
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    columns = (*Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}")
-    progress = Progress(*columns, disable=not sys.stdout.isatty())  # a bar on a terminal, else the loop prints lines
-    progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
-    progress.start()
+    # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
+    progress = tqdm(total=num_iterations * args.num_envs, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
 
     for iteration in range(global_step // args.num_envs + 1, num_iterations + 1):
@@ -357,13 +347,14 @@ if __name__ == "__main__":
         if report or iteration % 100 == 0:
             sps = int((global_step - start_step) / (time.time() - start_time))
             stats = f"{sps} SPS, return {np.mean(recent_returns):.1f}" if recent_returns else f"{sps} SPS"
-            progress.update(progress_task, completed=global_step, stats=stats)
+            progress.set_postfix_str(stats, refresh=False)
+            progress.update(global_step - progress.n)
             if progress.disable and report:
                 print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 
-    progress.stop()
+    progress.close()
     if not all(torch.isfinite(p).all() for p in [*actor.parameters(), *qf1.parameters(), *qf2.parameters()]):
         sys.exit(f"error: the loss turned non-finite by step {global_step} (the networks hold NaN); stopping (no model saved)")
     if run_state:
@@ -373,23 +364,19 @@ if __name__ == "__main__":
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
         # one flat state dict: "actor.trunk.0.weight", ..., "qf.0.trunk.0.weight", ...; the evaluation needs the actor only
         torch.save(nn.ModuleDict({"actor": actor, "qf": nn.ModuleList([qf1, qf2])}).state_dict(), model_path)
-        print(f"model saved to {model_path}")
         from cleanrl_utils.evals.sac_atari_eval import evaluate
 
-        # 10 whole games, actions sampled from the policy, on seeds apart from training's
+        eval_seed = args.seed + 100_000  # episodes the training run never saw
         episodic_returns = evaluate(
-            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Actor, device, args.capture_video, args.seed + 100_000
+            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Actor, device, args.capture_video, eval_seed, writer
         )
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(f"evaluation over 10 games: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
 
     envs.close()
     writer.close()
     if args.upload_model:  # after the envs close, so the last videos are complete
         from cleanrl_utils.huggingface import push
 
-        push(run_dir, episodic_returns, hf_repo_id, command=shlex.join(["python", *sys.argv]))
+        push(run_dir, episodic_returns, hf_repo_id)
     if args.track and args.capture_video:
         for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
             wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})

@@ -1,12 +1,9 @@
-# SAC (Haarnoja et al. 2018) in JAX (flax + optax, one jit-compiled update per step) with twin Q-networks and automatic
-# entropy tuning, for continuous actions; docs: README.md#sac_continuous_action_jaxpy
-import ctypes.util
+# SAC (Haarnoja et al. 2018) in JAX: twin Q-networks, automatic entropy tuning; docs: README.md#sac_continuous_action_jaxpy
 import glob
 import json
 import math
 import os
 import random
-import shlex
 import sys
 import time
 from collections import deque
@@ -22,13 +19,9 @@ import numpy as np
 import optax
 import tyro
 from flax.training import train_state
-from rich.progress import MofNCompleteColumn, Progress
+from stable_baselines3.common.buffers import ReplayBuffer
 from torch.utils.tensorboard import SummaryWriter
-
-# MuJoCo reads MUJOCO_GL once, on import: without a display, EGL renders videos off-screen (your own MUJOCO_GL wins)
-HEADLESS = sys.platform.startswith("linux") and not os.environ.get("DISPLAY")
-if HEADLESS and "MUJOCO_GL" not in os.environ and ctypes.util.find_library("EGL"):
-    os.environ["MUJOCO_GL"] = "egl"
+from tqdm import tqdm
 
 
 @dataclass
@@ -90,7 +83,6 @@ class Args:
 
 
 def fail(message: str):
-    """Bad input ends with one line on stderr and exit code 2, before any heavy work."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 
@@ -114,8 +106,7 @@ def make_env(env_id, idx, capture_video, run_name):
 
 
 def linear(features, fan_in, name):
-    """A dense layer initialized as torch's nn.Linear is in the PyTorch twin: weights and biases uniform in
-    +-1/sqrt(fan_in). flax's default (LeCun-normal weights, zero biases) made the JAX SAC learn HalfCheetah far slower."""
+    """nn.Dense initialized as torch's nn.Linear (uniform in +-1/sqrt(fan_in)): with flax's default, SAC learned far slower."""
     uniform = partial(jax.random.uniform, minval=-1 / math.sqrt(fan_in), maxval=1 / math.sqrt(fan_in))  # (key, shape, dtype)
     return nn.Dense(features, kernel_init=uniform, bias_init=uniform, name=name)
 
@@ -129,13 +120,9 @@ class SoftQNetwork(nn.Module):
         return linear(1, 256, "fc3")(x).squeeze(-1)  # (batch,), as rewards are: never broadcast (batch, 1)
 
 
-LOG_STD_MAX, LOG_STD_MIN = 2, -5
-
-
 class Actor(nn.Module):
     action_dim: int
-    # tanh's (-1, 1) stretched onto the env's bounds, whatever they are (Pendulum's are [-2, 2])
-    action_scale: jnp.ndarray
+    action_scale: jnp.ndarray  # tanh's (-1, 1) stretched onto the env's bounds, whatever they are (Pendulum's are [-2, 2])
     action_bias: jnp.ndarray
 
     @nn.compact
@@ -144,8 +131,7 @@ class Actor(nn.Module):
         x = nn.relu(linear(256, x.shape[-1], "fc1")(x))
         x = nn.relu(linear(256, 256, "fc2")(x))
         mean = linear(self.action_dim, 256, "fc_mean")(x)
-        log_std = jnp.tanh(linear(self.action_dim, 256, "fc_logstd")(x))
-        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)  # from SpinUp / Denis Yarats
+        log_std = -5 + 3.5 * (jnp.tanh(linear(self.action_dim, 256, "fc_logstd")(x)) + 1)  # in [-5, 2], as SpinUp does
         return mean, log_std
 
     def get_action(self, x, key):
@@ -179,9 +165,6 @@ def soft_td_target(rewards, terminations, next_q1, next_q2, next_log_pi, alpha, 
 class TrainState(train_state.TrainState):
     target_params: flax.core.FrozenDict  # the target network's parameters travel with the online ones (the critics')
 
-    def soft_update(self, tau):  # target += tau * (online - target)
-        return self.replace(target_params=optax.incremental_update(self.params, self.target_params, tau))
-
 
 def real_next_observations(next_obs, infos):
     """Where an episode ended, next_obs is already the next episode's first one: the real one is infos["final_obs"]."""
@@ -189,40 +172,6 @@ def real_next_observations(next_obs, infos):
     if "final_obs" in infos:
         real_next_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
     return real_next_obs
-
-
-class ReplayBuffer:
-    """A ring buffer of transitions, rows [obs, action, real next obs, reward, terminated] of one float32 array: cheap
-    to add to, and a batch is one fancy index and one transfer to the device, split by `fields` inside the update."""
-
-    def __init__(self, buffer_size, obs_dim, action_dim):
-        self.data = np.zeros((buffer_size, 2 * obs_dim + action_dim + 2), dtype=np.float32)
-        self.obs_dim, self.action_dim, self.buffer_size, self.pos, self.full = obs_dim, action_dim, buffer_size, 0, False
-
-    def add(self, obs, next_obs, actions, rewards, terminations):
-        n = len(obs)
-        rows = [obs.reshape(n, -1), actions.reshape(n, -1), next_obs.reshape(n, -1), rewards[:, None], terminations[:, None]]
-        self.data[(self.pos + np.arange(n)) % self.buffer_size] = np.concatenate(rows, axis=1)
-        self.full = self.full or self.pos + n >= self.buffer_size
-        self.pos = (self.pos + n) % self.buffer_size
-
-    def __len__(self):
-        return self.buffer_size if self.full else self.pos
-
-    def fields(self, rows):
-        """obs, actions, next_obs, rewards, terminations: views of the columns of `rows` (numpy or jax arrays)."""
-        o, a = self.obs_dim, self.action_dim
-        return rows[:, :o], rows[:, o : o + a], rows[:, o + a : 2 * o + a], rows[:, -2], rows[:, -1]
-
-    def sample(self, batch_size):
-        return self.data[np.random.randint(0, len(self), size=batch_size)]
-
-    def state_dict(self):  # the filled rows only
-        return {"data": self.data[: len(self)], "pos": self.pos, "full": self.full}
-
-    def load_state_dict(self, state):
-        self.data[: len(state["data"])] = state["data"]
-        self.pos, self.full = state["pos"], state["full"]
 
 
 def check_args(args):
@@ -244,28 +193,21 @@ def check_args(args):
         fail(f"--gamma must be in [0, 1], got {args.gamma}")
     if args.batch_size > args.buffer_size:
         fail(f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
-    if args.upload_model and not args.save_model:
-        fail("--upload-model uploads the model that --save-model saves: add --save-model")
+    if args.capture_video:  # before the first env is made: MuJoCo chooses how to render when it is first imported
+        from cleanrl_utils.rendering import render_offscreen
+
+        render_offscreen(args.env_id)  # no display: EGL for MuJoCo, SDL's dummy driver for pygame; exit 2 if neither
     try:
         env = make_env(args.env_id, 0, False, "")()
     except (gym.error.Error, ImportError) as e:
         fail(f"--env-id {args.env_id}: {e}")
-    renders_mujoco = args.env_id.startswith("dm_control/") or "mujoco" in str(env.spec.entry_point)
-    if args.capture_video and renders_mujoco and HEADLESS and "MUJOCO_GL" not in os.environ:
-        fail(
-            "--capture-video: MuJoCo renders without a display through EGL (Debian/Ubuntu: apt-get install libegl1 "
-            "libegl-mesa0) or OSMesa (apt-get install libosmesa6, then set MUJOCO_GL=osmesa); neither was found"
-        )
     if not isinstance(env.action_space, gym.spaces.Box):
         use = " (use dqn_jax.py or dqn.py)" if isinstance(env.action_space, gym.spaces.Discrete) else ""
         fail(f"--env-id {args.env_id} has a {type(env.action_space).__name__} action space; sac needs a Box one{use}")
     if not (np.isfinite(env.action_space.low).all() and np.isfinite(env.action_space.high).all()):
         fail(f"--env-id {args.env_id} has unbounded actions; the actor's tanh is rescaled onto them, so they must be finite")
     if not isinstance(env.observation_space, gym.spaces.Box):
-        fail(
-            f"--env-id {args.env_id} has a {type(env.observation_space).__name__} observation space; sac's MLP needs a "
-            "Box one (wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)"
-        )
+        fail(f"--env-id {args.env_id} has a {type(env.observation_space).__name__} observation space; sac needs a Box one")
     env.close()
 
 
@@ -280,7 +222,7 @@ if __name__ == "__main__":
     if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import upload_repo_id
 
-        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without a usable Hub token
+        hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     num_iterations = args.total_timesteps // args.num_envs  # vector steps, one update each
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
@@ -296,8 +238,6 @@ if __name__ == "__main__":
             sync_tensorboard=True,
             config=vars(args),
             name=run_name,
-            id=checkpoint["wandb_run_id"] if checkpoint else None,  # a resumed run appends to its own W&B run
-            resume="allow",
             save_code=True,
         )
     # on resume, purge_step hides whatever a killed run logged after its last checkpoint: no step repeats
@@ -312,8 +252,7 @@ if __name__ == "__main__":
         # made before JAX's seconds of setup: a SIGTERM from here on checkpoints after the first step (and exits 143)
         run_state = RunState(run_dir, args, writer, checkpoint)
 
-    # TRY NOT TO MODIFY: seeding; numpy draws the replay batches, the action space the warm-up's random actions, JAX's
-    # key the policy's samples
+    # TRY NOT TO MODIFY: seeding (numpy: replay batches; the action space: warm-up actions; JAX's key: the policy's samples)
     random.seed(args.seed)
     np.random.seed(args.seed)
     key = jax.random.PRNGKey(args.seed)
@@ -326,7 +265,7 @@ if __name__ == "__main__":
     )
     envs.action_space.seed(args.seed)  # the random actions of the warm-up
 
-    # ALGO LOGIC: initialize agent here: the twin critics are one network with two independent sets of parameters
+    # ALGO LOGIC: initialize agent here: the twin critics are one network with two sets of parameters and one optimizer state
     actor, qf = rescaled_actor(Actor, envs.single_action_space), SoftQNetwork()
     obs_dim, action_dim = (int(np.prod(space.shape)) for space in (envs.single_observation_space, envs.single_action_space))
     dummy_obs, dummy_actions = np.zeros((1, obs_dim), np.float32), np.zeros((1, action_dim), np.float32)
@@ -334,34 +273,33 @@ if __name__ == "__main__":
     actor_params = actor.init(actor_key, dummy_obs)
     qf_params = {"qf1": qf.init(qf1_key, dummy_obs, dummy_actions), "qf2": qf.init(qf2_key, dummy_obs, dummy_actions)}
     actor_state = train_state.TrainState.create(apply_fn=actor.apply, params=actor_params, tx=optax.adam(args.policy_lr))
-    # one optimizer state over both critics, as their losses are summed
-    qf_state = TrainState.create(apply_fn=qf.apply, params=qf_params, target_params=qf_params, tx=optax.adam(args.q_lr))
-    alpha_state = None  # automatic entropy tuning: log_alpha is a parameter of its own, with its own Adam
-    if args.autotune:
-        alpha_state = train_state.TrainState.create(
-            apply_fn=None, params={"log_alpha": jnp.zeros(())}, tx=optax.adam(args.q_lr)
-        )
+    q_adam = optax.adam(args.q_lr)  # stateless: the critics' and alpha's TrainStates keep their own moments
+    qf_state = TrainState.create(apply_fn=qf.apply, params=qf_params, target_params=qf_params, tx=q_adam)
+    log_alpha = {"log_alpha": jnp.zeros(())}  # automatic entropy tuning (else None): alpha = exp(log_alpha) starts at 1
+    alpha_state = train_state.TrainState.create(apply_fn=None, params=log_alpha, tx=q_adam) if args.autotune else None
     target_entropy = -float(action_dim)
-    rb = ReplayBuffer(args.buffer_size, obs_dim, action_dim)
+    obs_space = gym.spaces.Box(-np.inf, np.inf, envs.single_observation_space.shape, np.float32)  # as the networks take them
+    # the done flag stored is termination only: a truncated episode still bootstraps from its real last observation
+    rb = ReplayBuffer(
+        args.buffer_size, obs_space, envs.single_action_space, "cpu", args.num_envs, handle_timeout_termination=False
+    )
 
     def current_alpha(alpha_state):
         return jnp.exp(alpha_state.params["log_alpha"]) if args.autotune else args.alpha
 
     @jax.jit
-    def act(actor_params, obs, key):
+    def act(actor_params, obs, key):  # a sampled action, and the next key
         key, sample_key = jax.random.split(key)
-        actions, _, _ = actor.apply(actor_params, obs, sample_key, method=Actor.get_action)
-        return actions, key
+        return actor.apply(actor_params, obs, sample_key, method=Actor.get_action)[0], key
 
-    # One compiled call per training step: the critics' step; every policy_frequency steps (update_actor) as many policy
-    # and entropy steps, every target_network_frequency steps (update_target) the targets'; lax.cond compiles both branches
+    # One compiled call per training step, the torch twin's loop body: which steps run depends on the (traced) iteration
     @jax.jit
-    def update(actor_state, qf_state, alpha_state, rows, key, update_actor, update_target):
-        b_obs, b_actions, b_next_obs, b_rewards, b_terminations = rb.fields(rows)
+    def update(actor_state, qf_state, alpha_state, data, key, iteration):
+        b_obs, b_actions, b_next_obs = data.observations, data.actions, data.next_observations
+        b_rewards, b_terminations = data.rewards.flatten(), data.dones.flatten()  # (batch, 1) to the critics' (batch,)
         key, next_key = jax.random.split(key)
         next_actions, next_log_pi, _ = actor.apply(actor_state.params, b_next_obs, next_key, method=Actor.get_action)
-        next_q1 = qf.apply(qf_state.target_params["qf1"], b_next_obs, next_actions)
-        next_q2 = qf.apply(qf_state.target_params["qf2"], b_next_obs, next_actions)
+        next_q1, next_q2 = (qf.apply(qf_state.target_params[name], b_next_obs, next_actions) for name in ["qf1", "qf2"])
         alpha = current_alpha(alpha_state)
         next_q_value = soft_td_target(b_rewards, b_terminations, next_q1, next_q2, next_log_pi, alpha, args.gamma)
 
@@ -370,18 +308,17 @@ if __name__ == "__main__":
             qf2_a_values = qf.apply(params["qf2"], b_obs, b_actions)
             qf1_loss = ((qf1_a_values - next_q_value) ** 2).mean()
             qf2_loss = ((qf2_a_values - next_q_value) ** 2).mean()
-            return qf1_loss + qf2_loss, (qf1_loss, qf2_loss, qf1_a_values.mean(), qf2_a_values.mean())
+            values = dict(qf1_values=qf1_a_values.mean(), qf2_values=qf2_a_values.mean())
+            return qf1_loss + qf2_loss, dict(values, qf1_loss=qf1_loss, qf2_loss=qf2_loss)
 
-        qf_grad_fn = jax.value_and_grad(qf_loss_fn, has_aux=True)
-        (qf_loss, (qf1_loss, qf2_loss, qf1_values, qf2_values)), grads = qf_grad_fn(qf_state.params)
+        (qf_loss, metrics), grads = jax.value_and_grad(qf_loss_fn, has_aux=True)(qf_state.params)
         qf_state = qf_state.apply_gradients(grads=grads)
 
         def policy_step(_, carry):
             actor_state, alpha_state, key, _, alpha_loss = carry  # alpha_loss stays NaN when alpha is not tuned
             key, sample_key = jax.random.split(key)
 
-            # differentiated with respect to the actor's parameters only: XLA drops the critics' weight gradients
-            def actor_loss_fn(params):
+            def actor_loss_fn(params):  # differentiated in the actor's parameters only: XLA drops the critics' gradients
                 pi, log_pi, _ = actor.apply(params, b_obs, sample_key, method=Actor.get_action)
                 qf1_pi, qf2_pi = (qf.apply(qf_state.params[name], b_obs, pi) for name in ["qf1", "qf2"])
                 return (current_alpha(alpha_state) * log_pi - jnp.minimum(qf1_pi, qf2_pi)).mean(), log_pi
@@ -397,46 +334,39 @@ if __name__ == "__main__":
                 alpha_state = alpha_state.apply_gradients(grads=grads)
             return actor_state, alpha_state, key, actor_loss, alpha_loss
 
-        # TD3-style delayed update, with as many policy steps as were delayed (one per critic step); else NaN losses
-        policy_steps = partial(jax.lax.fori_loop, 0, args.policy_frequency, policy_step)
+        # TD3-style delayed update, with as many policy steps as were delayed (one per critic step); else none, NaN losses
+        policy_steps = jnp.where(iteration % args.policy_frequency == 0, args.policy_frequency, 0)
         carry = (actor_state, alpha_state, key, jnp.float32(jnp.nan), jnp.float32(jnp.nan))
-        carry = jax.lax.cond(update_actor, policy_steps, lambda carry: carry, carry)
-        actor_state, alpha_state, key, actor_loss, alpha_loss = carry
-        qf_state = jax.lax.cond(update_target, lambda: qf_state.soft_update(args.tau), lambda: qf_state)
-        metrics = {"qf1_values": qf1_values, "qf2_values": qf2_values, "qf1_loss": qf1_loss, "qf2_loss": qf2_loss}
-        metrics |= {"qf_loss": qf_loss / 2.0, "actor_loss": actor_loss, "alpha_loss": alpha_loss}
-        return actor_state, qf_state, alpha_state, key, metrics | {"alpha": current_alpha(alpha_state)}
+        actor_state, alpha_state, key, actor_loss, alpha_loss = jax.lax.fori_loop(0, policy_steps, policy_step, carry)
+        targets = optax.incremental_update(qf_state.params, qf_state.target_params, args.tau)
+        targets = optax.periodic_update(targets, qf_state.target_params, iteration, args.target_network_frequency)
+        qf_state = qf_state.replace(target_params=targets)
+        metrics |= dict(qf_loss=qf_loss / 2.0, actor_loss=actor_loss, alpha_loss=alpha_loss, alpha=current_alpha(alpha_state))
+        return actor_state, qf_state, alpha_state, key, metrics
 
-    global_step = 0
-    updates_start = args.learning_starts  # learning starts after this step (later after a resume without the buffer)
+    global_step, updates_start = 0, args.learning_starts  # a resume without the buffer learns again later
     obs, _ = envs.reset(seed=args.seed)
 
     def checkpoint_state():  # what a checkpoint holds; flax's states as numpy state dicts, loadable without this script
         states = dict(actor_state=actor_state, qf_state=qf_state, alpha_state=alpha_state)  # alpha_state: None if fixed
         learner = {name: jax.device_get(flax.serialization.to_state_dict(state)) for name, state in states.items()}
-        rng = dict(key=jax.device_get(key), action_space_rng=envs.action_space.np_random)  # the warm-up's random actions
-        learner |= dict(rb=rb if args.checkpoint_buffer else None, **rng)
-        return learner | dict(envs=envs, obs=obs, updates_start=updates_start, global_step=global_step)
+        loop = dict(envs=envs, obs=obs, global_step=global_step, updates_start=updates_start, key=jax.device_get(key))
+        return dict(learner, action_space_rng=envs.action_space.np_random, rb=rb if args.checkpoint_buffer else None, **loop)
 
     if checkpoint:
         saved = run_state.restore(checkpoint_state())
         actor_state = flax.serialization.from_state_dict(actor_state, saved["actor_state"])
         qf_state = flax.serialization.from_state_dict(qf_state, saved["qf_state"])
         alpha_state = flax.serialization.from_state_dict(alpha_state, saved["alpha_state"])
-        key, obs = jnp.asarray(saved["key"]), saved["obs"]
-        global_step, updates_start = saved["global_step"], saved["updates_start"]
+        key, obs, global_step, updates_start = (saved[name] for name in ["key", "obs", "global_step", "updates_start"])
         if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new episodes
             obs, _ = envs.reset(seed=args.seed + global_step)
     if checkpoint and not args.checkpoint_buffer:  # an empty buffer: act with the policy, without learning, to refill it
-        updates_start = global_step + args.learning_starts
-        message = "the checkpoint holds no replay buffer (--checkpoint-buffer was off): refilling it with the policy"
-        print(f"{message} for {args.learning_starts} steps, learning again after step {updates_start}", file=sys.stderr)
+        updates_start = run_state.refill(global_step, args.learning_starts)
 
     print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
-    columns = (*Progress.get_default_columns(), MofNCompleteColumn(), "{task.fields[stats]}")
-    progress = Progress(*columns, disable=not sys.stdout.isatty())  # a bar on a terminal, else the loop prints lines
-    progress_task = progress.add_task(args.exp_name, total=num_iterations * args.num_envs, completed=global_step, stats="")
-    progress.start()
+    # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
+    progress = tqdm(total=num_iterations * args.num_envs, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
     report_every, actor_loss, alpha_loss = max(1, num_iterations // 20), None, None
 
@@ -459,44 +389,37 @@ if __name__ == "__main__":
                 recent_returns.append(episodic_return)
                 writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                 writer.add_scalar("charts/episodic_length", int(infos["final_info"]["episode"]["l"][i]), global_step)
-        # the done flag is termination only: a truncated episode (MuJoCo's 1,000-step limit, dm_control's time
-        # limit, which shimmy reports as a truncation) still bootstraps from its real last observation
-        rb.add(obs, real_next_observations(next_obs, infos), actions, rewards, terminations)
+        rb.add(obs, real_next_observations(next_obs, infos), actions, rewards, terminations, infos)
         obs = next_obs
 
         # ALGO LOGIC: training.
         if global_step > updates_start:
-            update_actor = iteration % args.policy_frequency == 0
-            update_target = iteration % args.target_network_frequency == 0
-            batch = rb.sample(args.batch_size)
-            actor_state, qf_state, alpha_state, key, metrics = update(
-                actor_state, qf_state, alpha_state, batch, key, update_actor, update_target
-            )
-            if update_actor:
+            data = jax.tree.map(lambda x: x.numpy(), rb.sample(args.batch_size))  # SB3's torch tensors, as numpy
+            actor_state, qf_state, alpha_state, key, metrics = update(actor_state, qf_state, alpha_state, data, key, iteration)
+            if iteration % args.policy_frequency == 0:  # the actor's losses once it has taken a step (alpha's when autotuned)
                 actor_loss, alpha_loss = metrics["actor_loss"], (metrics["alpha_loss"] if args.autotune else None)
 
             if iteration % 100 == 0:  # float() waits for the computation: only when logging
-                losses = {name: metrics[name] for name in ["qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss"]}
-                losses.update(actor_loss=actor_loss, alpha=metrics["alpha"], alpha_loss=alpha_loss)
-                # the actor's losses once it has taken a step (alpha's when autotuned)
+                losses = metrics | {"actor_loss": actor_loss, "alpha_loss": alpha_loss}
                 losses = {name: float(value) for name, value in losses.items() if value is not None}
                 if not np.isfinite(list(losses.values())).all():
                     sys.exit(f"error: the loss turned non-finite at step {global_step}; stopping (no model saved)")
                 for name, value in losses.items():
                     writer.add_scalar(f"losses/{name}", value, global_step)
-                writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
 
         # a bar update costs more than a vector step: every 100 of them, and the plain lines every 5%
         if iteration % 100 == 0 or iteration % report_every == 0 or iteration == num_iterations:
             sps = int((global_step - start_step) / (time.time() - start_time))
             stats = f"{sps} SPS, return {np.mean(recent_returns):.1f}" if recent_returns else f"{sps} SPS"
-            progress.update(progress_task, completed=global_step, stats=stats)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            progress.set_postfix_str(stats, refresh=False)
+            progress.update(global_step - progress.n)
             if progress.disable and (iteration % report_every == 0 or iteration == num_iterations):
                 print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 
-    progress.stop()
+    progress.close()
     if actor_loss is not None and not np.isfinite([float(metrics["qf_loss"]), float(actor_loss)]).all():
         sys.exit(f"error: the loss turned non-finite at step {global_step}; stopping (no model saved)")
     if run_state:
@@ -504,25 +427,21 @@ if __name__ == "__main__":
 
     if args.save_model:
         model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
-        # the actor's parameters, flax-serialized; the evaluation rebuilds its action rescaling from the env
-        with open(model_path, "wb") as f:
+        with open(model_path, "wb") as f:  # the actor's parameters; the evaluation rebuilds the action rescaling from the env
             f.write(flax.serialization.to_bytes(actor_state.params))
-        print(f"model saved to {model_path}")
         from cleanrl_utils.evals.sac_jax_eval import evaluate
 
+        eval_seed = args.seed + 100_000  # episodes the training run never saw
         episodic_returns = evaluate(
-            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Actor, args.capture_video, args.seed + 100_000
+            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Actor, args.capture_video, eval_seed, writer
         )
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(f"evaluation over 10 episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
 
     envs.close()
     writer.close()
     if args.upload_model:  # after the envs close, so the last videos are complete
         from cleanrl_utils.huggingface import push
 
-        push(run_dir, episodic_returns, hf_repo_id, command=shlex.join(["python", *sys.argv]))
+        push(run_dir, episodic_returns, hf_repo_id)
     if args.track and args.capture_video:
         for video_path in sorted(glob.glob(f"videos/{run_name}*/*.mp4")):
             wandb.log({f"videos/{os.path.basename(os.path.dirname(video_path))}": wandb.Video(video_path)})

@@ -1,5 +1,8 @@
 """The frame-once replay buffer of the Atari scripts (dqn_atari.py, c51_atari.py, qdagger_dqn_atari_impalacnn.py,
-sac_atari.py and the JAX twins), imported as upstream CleanRL imports its buffers: it is storage, not algorithm."""
+sac_atari.py and the JAX twins, rainbow_atari.py's prioritized buffer on top) and the sum tree that prioritized replay
+samples with, imported as upstream CleanRL imports its buffers: they are storage, not algorithm."""
+
+import copy
 
 import numpy as np
 import torch
@@ -36,9 +39,12 @@ class FrameReplayBuffer:
         self.episode_starts[i, slot], self.ends_transition[i, slot] = self.current_starts[i], ends_transition
         self.actions[i, slot], self.rewards[i, slot], self.terminations[i, slot] = action, reward, termination
         self.counts[i] += 1
+        return i * self.capacity + slot
 
     def add(self, obs, next_obs, actions, rewards, terminations, truncations):
-        """One vector step: obs, the real next obs (final_obs where an episode ended), and what the envs returned."""
+        """One vector step: obs, the real next obs (final_obs where an episode ended), and what the envs returned.
+        Returns the slots written, as env * capacity + slot: an episode's first frames, then each step's frame."""
+        written = []
         for i in range(len(obs)):
             if not self.open[i]:
                 # a new run of frames: the observation's own, less the leading copies that clamping will rebuild
@@ -47,10 +53,16 @@ class FrameReplayBuffer:
                     first += 1
                 self.current_starts[i], self.open[i] = self.counts[i], True
                 for frame in obs[i, first:]:
-                    self._write(i, frame, False)
-            self._write(i, next_obs[i, -1], True, actions[i], rewards[i], terminations[i])
+                    written.append(self._write(i, frame, False))
+            written.append(self._write(i, next_obs[i, -1], True, actions[i], rewards[i], terminations[i]))
             if terminations[i] or truncations[i]:
                 self.open[i] = False  # the next episode starts a new run of frames
+        return np.array(written)
+
+    def cut_episodes(self):
+        """The envs start new games without ending the current ones (a resumed run whose games could not be saved):
+        those episodes end here, where they were cut, and the new ones start new runs of frames."""
+        self.open[:] = False
 
     def __len__(self):
         """The frames held (transitions: one fewer per episode start)."""
@@ -107,14 +119,55 @@ class FrameReplayBuffer:
         return frames[:, :-1], actions, frames[:, 1:], rewards, terminations
 
     def state_dict(self):
+        """All the buffer holds, a subclass's own state too (rainbow_atari.py's priorities); of the per-slot arrays only
+        the slots written so far."""
         used = int(min(self.counts.max(), self.capacity))  # slots past this were never written
-        arrays = ["frames", "positions", "episode_starts", "ends_transition", "actions", "rewards", "terminations"]
-        state = {name: getattr(self, name)[:, :used] for name in arrays}
-        return state | {"counts": self.counts, "open": self.open, "current_starts": self.current_starts}
+        return {name: value[:, :used] if self._per_slot(value) else value for name, value in vars(self).items()}
 
     def load_state_dict(self, state):
         for name, value in state.items():
-            if value.ndim == 1:  # per-env counters
-                getattr(self, name)[:] = value
-            else:  # per-slot arrays: the slots written so far
+            if self._per_slot(getattr(self, name)):
                 getattr(self, name)[:, : value.shape[1]] = value
+            else:
+                setattr(self, name, copy.deepcopy(value))  # never shared with the state it came from
+
+    def _per_slot(self, value):
+        return isinstance(value, np.ndarray) and value.shape[:2] == self.positions.shape
+
+
+class SumTree:
+    """Sampling in proportion to a weight per index in O(log N), as proportional prioritized replay does (Schaul et al.
+    2016): a binary tree whose leaves hold the weights and whose every inner node holds the sum of its two children,
+    the root (node 1) the total."""
+
+    def __init__(self, size):
+        self.leaves = 1 << max(0, size - 1).bit_length()  # a power of two: index i is leaf node leaves + i
+        self.nodes = np.zeros(2 * self.leaves, dtype=np.float64)
+
+    def set(self, indices, values):
+        nodes = self.leaves + np.asarray(indices, dtype=np.int64)
+        self.nodes[nodes] = values
+        while nodes[0] > 1:  # up to the root, each parent recomputed from its children (duplicates agree)
+            nodes = nodes // 2
+            self.nodes[nodes] = self.nodes[2 * nodes] + self.nodes[2 * nodes + 1]
+
+    def find(self, masses):
+        """The index where each cumulative mass in [0, total) falls: descend left or right by the left child's sum."""
+        nodes, masses = np.ones(len(masses), dtype=np.int64), np.array(masses, dtype=np.float64)
+        while nodes[0] < self.leaves:
+            right = masses >= self.nodes[2 * nodes]  # descend right, past the left subtree's mass
+            masses -= self.nodes[2 * nodes] * right
+            nodes = 2 * nodes + right
+        return nodes - self.leaves
+
+    def sample(self, batch_size, accept):
+        """`batch_size` indices, each drawn (numpy's global RNG) with probability its weight / the total among those that
+        `accept(indices)` (a boolean mask) takes: a replay buffer's redraw of a transition not whole yet (or any more)."""
+        indices = np.empty(0, dtype=np.int64)
+        for _ in range(1000):
+            draws = self.find(np.random.random(batch_size) * self.nodes[1])
+            draws = draws[self.nodes[self.leaves + draws] > 0]  # floating-point rounding may land on an empty leaf
+            indices = np.concatenate([indices, draws[accept(draws)]])
+            if len(indices) >= batch_size:
+                return indices[:batch_size]
+        raise RuntimeError("the replay buffer holds no whole transition yet")

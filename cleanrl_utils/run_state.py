@@ -251,6 +251,10 @@ class RunState:
                 values[key] = part
             else:
                 values[key] = saved[key]
+        if any(isinstance(part, gym.vector.VectorEnv) and values[key] is None for key, part in state.items()):
+            for part in state.values():  # a frame replay buffer ends the episodes it holds where the new games start
+                if hasattr(part, "cut_episodes"):
+                    part.cut_episodes()
         rng = self.checkpoint["rng"]
         random.setstate(rng["python"])
         np.random.set_state(rng["numpy"])
@@ -258,6 +262,13 @@ class RunState:
         if rng["cuda"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
         return values
+
+    def refill(self, global_step: int, steps: int) -> int:
+        """A resumed run whose checkpoint holds no replay buffer (--checkpoint-buffer was off) acts without learning
+        for `steps` steps to refill it: says so, and returns the step after which learning starts again."""
+        message = "the checkpoint holds no replay buffer (--checkpoint-buffer was off): refilling it"
+        print(f"{message} for {steps} steps, learning again after step {global_step + steps}", file=sys.stderr)
+        return global_step + steps
 
     def step(self, global_step: int, checkpoint_state):
         """Call once per iteration: checkpoints when the interval is crossed, and on SIGTERM checkpoints and exits

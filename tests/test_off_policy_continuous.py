@@ -4,12 +4,12 @@ the torch twins, action rescaling onto asymmetric bounds, the replay buffer acro
 dm_control), the JAX evaluator, and for each script smoke, learning, resume (SIGKILL and SIGTERM) and bad inputs.
 
 A test runs on every script (or on both scripts of one algorithm); what differs between torch and JAX (arrays,
-the actor's parameters, how a batch comes out of the buffer, the checkpoint's keys) goes through the adapters below,
-`Torch` and `Jax`. Both write cleanrl_utils.run_state's `checkpoint.pt`: the script's entries under "state"."""
+the actor's parameters, the checkpoint's keys) goes through the adapters below, `Torch` and `Jax`. Both write
+cleanrl_utils.run_state's `checkpoint.pt`: the script's entries under "state"; both store their transitions in
+Stable-Baselines3's ReplayBuffer."""
 
 import importlib
 import math
-import pickle
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -170,11 +170,6 @@ class Torch:
         return []
 
     @staticmethod
-    def sample(rb, batch_size):
-        """A batch's fields (obs, actions, next_obs, rewards, terminations) as numpy arrays."""
-        return [field.numpy() for field in rb.sample(batch_size, "cpu")]
-
-    @staticmethod
     def rng_state(checkpoint):
         return checkpoint["rng"]["torch"]  # run_state saves torch's generator with every checkpoint
 
@@ -194,13 +189,6 @@ class Jax:
     @staticmethod
     def rng_args(seed):
         return [jax.random.PRNGKey(seed)]
-
-    @staticmethod
-    def sample(rb, batch_size):
-        # a batch is one array of rows, which the jitted update splits with the same fields()
-        rows = rb.sample(batch_size)
-        assert rows.shape == (batch_size, rb.data.shape[1]) and rows.dtype == np.float32
-        return [np.asarray(field) for field in rb.fields(jnp.asarray(rows))]
 
     @staticmethod
     def rng_state(checkpoint):
@@ -492,70 +480,63 @@ def test_evaluation_plays_the_deterministic_action_and_rejects_another_envs_mode
 # ---------------------------------------------------------------- the replay buffer and the vector env
 
 
+def script_buffer(script, envs, buffer_size):
+    """The replay buffer as the scripts make it: Stable-Baselines3's, with float32 observations and no time-limit
+    handling of its own (the done flag stored is the termination the script passes)."""
+    obs_space = gym.spaces.Box(-np.inf, np.inf, envs.single_observation_space.shape, np.float32)
+    return script.ReplayBuffer(
+        buffer_size, obs_space, envs.single_action_space, "cpu", envs.num_envs, handle_timeout_termination=False
+    )
+
+
 def step_into_buffer(script, envs, rb, steps, actions):
     obs, _ = envs.reset(seed=0)
     for _ in range(steps):
         act = actions() if callable(actions) else actions
         next_obs, rewards, terminations, truncations, infos = envs.step(act)
-        rb.add(obs, script.real_next_observations(next_obs, infos), act, rewards, terminations)
+        rb.add(obs, script.real_next_observations(next_obs, infos), act, rewards, terminations, infos)
         obs = next_obs
     return next_obs, terminations, truncations, infos
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_replay_buffer_holds_real_transitions_across_resets(name):
-    """Two short-episode envs stepped through several resets, with the script's own make_env, vector env and buffer:
-    every stored transition is one real step (never a jump to the next episode's start), the last step of an episode
-    keeps its real last observation, and only a termination is stored as done."""
+    """Two short-episode envs stepped through several resets, with the script's own make_env, vector env,
+    real_next_observations and buffer: every stored transition is one real step (never a jump to the next episode's
+    start), the last step of an episode keeps its real last observation, and only a termination is stored as done."""
     script = load_script(name)
     import off_policy_continuous_env  # noqa: F401  (registers ContinuousCorridor-v0)
 
     envs = gym.vector.SyncVectorEnv(
         [script.make_env(CORRIDOR, i, False, "test") for i in range(2)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
     )
-    rb = script.ReplayBuffer(1000, 2, 2)
+    rb = script_buffer(script, envs, 1000)
     # env 0 strides 3 to the exit (terminated on its 4th step), env 1 walks into the wall (truncated after 8 steps)
     step_into_buffer(script, envs, rb, 30, np.array([[3.0, 0.25], [-1.0, 0.5]], dtype=np.float32))
     envs.close()
 
-    assert len(rb) == 60
-    obs, actions, next_obs, rewards, terminations = rb.fields(rb.data[: len(rb)])
-    np.testing.assert_array_equal(next_obs[:, 1] - obs[:, 1], 1.0)  # one step each: no reset inside a transition
-    strider, waller = slice(0, 60, 2), slice(1, 60, 2)  # transitions alternate env 0, env 1
-    np.testing.assert_array_equal(next_obs[strider, 0] - obs[strider, 0], 3.0)
-    np.testing.assert_array_equal(actions[strider], [[3.0, 0.25]] * 30)
-    np.testing.assert_array_equal(rewards[strider], 3.0)
-    np.testing.assert_array_equal(terminations[strider], next_obs[strider, 0] >= 10.0)
-    assert terminations[strider].sum() == 7 and next_obs[strider, 1].max() == 4  # exits at position 12, step 4
-    np.testing.assert_array_equal(next_obs[waller, 0], 0.0)
-    np.testing.assert_array_equal(rewards[waller], -1.0)
-    assert (next_obs[waller, 1] == 8).sum() == 3  # the real last observations of the three truncated episodes
-    assert terminations[waller].sum() == 0  # the time limit cut its episodes: stored as not done, so they bootstrap
+    assert (rb.pos, rb.full) == (30, False)  # a row per vector step, a column per env
+    obs, actions, next_obs = rb.observations[:30], rb.actions[:30], rb.next_observations[:30]
+    rewards, terminations = rb.rewards[:30], rb.dones[:30]
+    np.testing.assert_array_equal(next_obs[..., 1] - obs[..., 1], 1.0)  # one step each: no reset inside a transition
+    strider, waller = 0, 1  # the envs' columns
+    np.testing.assert_array_equal(next_obs[:, strider, 0] - obs[:, strider, 0], 3.0)
+    np.testing.assert_array_equal(actions[:, strider], [[3.0, 0.25]] * 30)
+    np.testing.assert_array_equal(rewards[:, strider], 3.0)
+    np.testing.assert_array_equal(terminations[:, strider], next_obs[:, strider, 0] >= 10.0)
+    assert terminations[:, strider].sum() == 7 and next_obs[:, strider, 1].max() == 4  # exits at position 12, step 4
+    np.testing.assert_array_equal(next_obs[:, waller, 0], 0.0)
+    np.testing.assert_array_equal(rewards[:, waller], -1.0)
+    assert (next_obs[:, waller, 1] == 8).sum() == 3  # the real last observations of the three truncated episodes
+    assert terminations[:, waller].sum() == 0  # the time limit cut its episodes: stored as not done, so they bootstrap
 
     np.random.seed(0)
-    batch = family(name).sample(rb, 256)
-    b_obs, b_actions, b_next_obs, b_rewards, b_terminations = batch
-    assert [field.shape for field in batch] == [(256, 2), (256, 2), (256, 2), (256,), (256,)]
-    assert all(field.dtype == np.float32 for field in batch)
-    np.testing.assert_array_equal(b_rewards, b_actions[:, 0])  # the columns stay whole transitions
-    np.testing.assert_array_equal(b_next_obs[:, 1] - b_obs[:, 1], np.ones(256))
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_replay_buffer_wraps_around_and_round_trips_its_state(name):
-    script = load_script(name)
-    rb = script.ReplayBuffer(3, 1, 1)
-    for i in range(5):
-        rb.add(np.array([[i]]), np.array([[i + 1]]), np.array([[0.5]]), np.array([float(i)]), np.array([False]))
-    assert len(rb) == 3
-    assert sorted(rb.fields(rb.data)[3].tolist()) == [2.0, 3.0, 4.0]  # the oldest transitions were overwritten
-    restored = script.ReplayBuffer(3, 1, 1)
-    restored.load_state_dict(pickle.loads(pickle.dumps(rb.state_dict())))
-    np.testing.assert_array_equal(restored.data, rb.data)
-    assert (restored.pos, restored.full) == (rb.pos, rb.full)
-    partly = script.ReplayBuffer(10, 1, 1)
-    partly.add(np.array([[1.0], [2.0]]), np.array([[2.0], [3.0]]), np.zeros((2, 1)), np.ones(2), np.zeros(2))
-    assert len(partly.state_dict()["data"]) == 2  # a checkpoint holds the filled rows only
+    data = rb.sample(256)
+    batch = [data.observations, data.actions, data.next_observations, data.rewards, data.dones]
+    assert [tuple(field.shape) for field in batch] == [(256, 2), (256, 2), (256, 2), (256, 1), (256, 1)]
+    assert all(field.dtype == torch.float32 for field in batch)
+    np.testing.assert_array_equal(data.rewards.flatten(), data.actions[:, 0])  # the fields stay whole transitions
+    np.testing.assert_array_equal(data.next_observations[:, 1] - data.observations[:, 1], np.ones(256))
 
 
 @pytest.mark.parametrize("env_id", ["HalfCheetah-v4", "HalfCheetah-v5", "dm_control/cheetah-run-v0"])
@@ -569,12 +550,13 @@ def test_time_limit_truncation_is_stored_as_not_done(name, env_id, tmp_path, mon
         [script.make_env(env_id, 0, False, "test")], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
     )
     assert envs.single_observation_space.shape == (17,)  # dm_control's dict of arrays, flattened
-    rb = script.ReplayBuffer(1000, 17, 6)
+    rb = script_buffer(script, envs, 1000)
     envs.action_space.seed(0)
     next_obs, terminations, truncations, infos = step_into_buffer(script, envs, rb, 1000, envs.action_space.sample)
     envs.close()
     assert truncations[0] and not terminations[0]
-    obs, _, stored_next_obs, _, stored_terminations = rb.fields(rb.data)
+    assert rb.full and rb.pos == 0  # 1,000 steps filled its 1,000 rows, in order
+    obs, stored_next_obs, stored_terminations = rb.observations[:, 0], rb.next_observations[:, 0], rb.dones[:, 0]
     assert stored_terminations.sum() == 0
     np.testing.assert_array_equal(stored_next_obs[-1], infos["final_obs"][0].astype(np.float32))
     assert not np.array_equal(stored_next_obs[-1], next_obs[0].astype(np.float32))  # not the next episode's start
@@ -609,22 +591,21 @@ def test_checkpointed_envs_continue_the_same_episode(env_id, tmp_path, monkeypat
     copy.close()
 
 
-@pytest.mark.parametrize("name", ["sac_continuous_action", "td3_continuous_action_jax"])
-def test_dm_control_video_renders_without_a_display(name, tmp_path, monkeypatch):
-    """--capture-video on dm_control, beside torch and JAX: the script's make_env records through EGL (MUJOCO_GL=egl,
-    set by the script when there is no display). A 1,000-step dm_control episode takes about a minute to render on a
-    CPU, so the smoke tests record MuJoCo's short InvertedPendulum episodes and this one records a few frames, with
-    one script of each family."""
-    monkeypatch.chdir(tmp_path)
-    script = load_script(name)
-    env = script.make_env("dm_control/cheetah-run-v0", 0, True, "dmc")()
-    env.reset(seed=0)
-    for _ in range(5):
-        env.step(env.action_space.sample())
-    env.close()  # a recording in progress is written out on close
-    jax.jit(lambda x: x * 2)(jnp.ones(3)).block_until_ready()  # XLA compiles after EGL has loaded Mesa
-    videos = list((tmp_path / "videos" / "dmc").glob("*.mp4"))
-    assert videos and videos[0].stat().st_size > 0
+@pytest.mark.e2e
+@pytest.mark.parametrize("script", ["sac_continuous_action.py", "td3_continuous_action_jax.py"])
+def test_dm_control_video_renders_without_a_display(tmp_path, script):
+    """--capture-video on dm_control without a display, beside torch and JAX: check_args has cleanrl_utils.rendering
+    choose EGL before the first env is made (MuJoCo and dm_control read MUJOCO_GL once, on import), and XLA compiles
+    after EGL has loaded Mesa. A 1,000-step dm_control episode takes about a minute to render on a CPU, so the smoke
+    tests record MuJoCo's short InvertedPendulum episodes and this run records a few frames (the episode in progress
+    is written out when the envs close), with one script of each family."""
+    flags = ["--env-id", "dm_control/cheetah-run-v0", "--total-timesteps", "8", "--learning-starts", "4"]
+    flags += ["--batch-size", "4", "--buffer-size", "8", "--capture-video"]
+    result = run_script(script, *flags, cwd=tmp_path, DISPLAY="")
+    assert result.returncode == 0, result.stderr[-3000:]
+    videos = list((tmp_path / "videos").rglob("*.mp4"))
+    assert [video.parent.name for video in videos] == [only_run_dir(tmp_path).name], videos
+    assert videos[0].stat().st_size > 0
 
 
 # ---------------------------------------------------------------- the scripts, as a user runs them
@@ -680,7 +661,9 @@ def test_smoke_dm_control_with_model_and_tracking(tmp_path, script):
     assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
     state = checkpoint_of(run_dir)["state"]
     assert state["envs"] is not None  # dm_control's physics pickles: a resumed run continues the episode
-    assert state["rb"]["data"].shape == (1100, 17 * 2 + 6 + 2)
+    rb = state["rb"]  # Stable-Baselines3's buffer by its filled rows: one per vector step, float32 observations
+    assert rb["observations"].shape == rb["next_observations"].shape == (1100, 1, 17) and rb["actions"].shape == (1100, 1, 6)
+    assert rb["observations"].dtype == np.float32
     if algorithm(script) == "sac":
         assert scalars(run_dir, "losses/alpha") == [(1100, pytest.approx(0.1))]
         assert all(state[key] is None for key in family(script).fixed_alpha_state)
@@ -714,7 +697,8 @@ def test_killed_run_resumes_to_the_same_weights_on_the_users_own_env(tmp_path, s
         script, [*flags, "--checkpoint-buffer", "--save-model"], tmp_path, "losses/qf1_values"
     )
     checkpoint = checkpoint_of(run_dir)
-    assert checkpoint["global_step"] == 3000 and len(checkpoint["state"]["rb"]["data"]) == 3000
+    # the buffer's filled rows, each a vector step of the two envs
+    assert checkpoint["global_step"] == 3000 and checkpoint["state"]["rb"]["observations"].shape == (1500, 2, 2)
     lengths = [value for _, value in scalars(run_dir, "charts/episodic_length")]
     assert lengths and max(lengths) <= 8
     assert [step for step, _ in scalars(run_dir, "losses/qf1_values")] == list(range(600, 3001, 200))  # 100 vector steps
@@ -735,7 +719,7 @@ def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path, s
     end = stopped + 1000
     result = run_script(script, "--resume", str(run_dir), "--total-timesteps", str(end), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"refilling it with the policy for 500 steps, learning again after step {stopped + 500}" in result.stderr
+    assert f"refilling it for 500 steps, learning again after step {stopped + 500}" in result.stderr
     after = [step for step, _ in scalars(run_dir, "losses/qf1_values") if step > stopped]
     assert after == [step for step in range(100, end + 1, 100) if step > stopped + 500], (stopped, after)
     assert checkpoint_of(run_dir)["state"]["updates_start"] == stopped + 500  # the final checkpoint's

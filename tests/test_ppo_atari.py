@@ -339,7 +339,7 @@ def test_smoke_with_every_flag(tmp_path, script):
     assert all(length > 400 for _, length in scalars(run_dir, "charts/episodic_length"))
     eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
     assert len(eval_returns) == 10 and all(r >= 0 and r == int(r) for r in eval_returns)
-    assert "evaluation over 10 games" in result.stdout
+    assert "evaluation over 10 episodes" in result.stdout  # episodes of the evaluation: whole games
     assert list((tmp_path / "videos").glob(f"{run_dir.name}-eval/*.mp4")), "the evaluation recorded no video"
     if script == "ppo_atari_lstm.py":  # the checkpoint carries the LSTM's memory of the games in progress
         next_obs, (h, c), next_done = torch.load(run_dir / "checkpoint.pt", weights_only=False)["state"]["memory"]

@@ -5,8 +5,6 @@ state across a checkpoint is cleanrl_utils.run_state's (tests/test_run_state.py)
 
 import json
 import math
-import subprocess
-import sys
 
 import gymnasium as gym
 import numpy as np
@@ -14,7 +12,6 @@ import pytest
 import torch
 from helpers import (
     PPO_TAGS,
-    REPO,
     assert_clean_failure,
     check_bad_input_in_process,
     check_killed_run_resumes_to_the_same_weights,
@@ -25,7 +22,6 @@ from helpers import (
     run_script,
     scalar_tags,
     scalars,
-    script_env,
 )
 
 SCRIPTS = ["ppo_continuous_action", "rpo_continuous_action"]
@@ -150,6 +146,9 @@ def test_gaussian_policy_samples_and_log_probabilities(script):
     torch.testing.assert_close(logprobs, normal.log_prob(torch.as_tensor(actions)).sum(-1))
     torch.testing.assert_close(entropy, normal.entropy().sum().expand(40000))
     assert values.shape == (40000,)
+    with torch.no_grad():  # a NaN mean does not raise here: it reaches the loss check, which stops the run with one line
+        agent.actor_mean[-1].bias.fill_(float("nan"))
+        assert agent.evaluate_actions(torch.zeros(2, 3), torch.zeros(2, 2))[0].isnan().all()
 
 
 def test_rpo_perturbs_the_mean_uniformly_in_the_update_only():
@@ -357,7 +356,8 @@ def test_evaluation_normalizes_with_the_saved_statistics_frozen(script, tmp_path
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_on_mujoco_with_every_flag(script, tmp_path):
     # InvertedPendulum: a MuJoCo v4 env whose early episodes are short, so the videos of training and of the
-    # evaluation (rendered in software here) stay a few seconds long; HalfCheetah runs in the resume test
+    # evaluation stay a few seconds long; HalfCheetah runs in the resume test. No display, as on a cluster node:
+    # --capture-video renders through EGL (cleanrl_utils.rendering, tested in tests/test_rendering.py)
     flags = [
         *TINY,
         "--env-id",
@@ -368,7 +368,7 @@ def test_smoke_on_mujoco_with_every_flag(script, tmp_path):
         "--checkpoint-interval",
         "512",
     ]
-    result = run_script(f"{script}.py", *flags, cwd=tmp_path)
+    result = run_script(f"{script}.py", *flags, cwd=tmp_path, DISPLAY="")
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     videos = {p.parent.name for p in (tmp_path / "videos").rglob("*.mp4")}
@@ -483,23 +483,6 @@ def test_killed_run_resumes_to_the_same_weights_and_statistics(script, env_id, t
 @pytest.mark.e2e
 def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
     check_sigterm_checkpoints_and_resumes("rpo_continuous_action.py", tmp_path, long_budget=1_000_000, more_steps=8192)
-
-
-@pytest.mark.e2e
-def test_headless_machine_renders_mujoco_through_egl_unless_told_otherwise():
-    code = f"import runpy, os; runpy.run_path({str(REPO / 'cleanrl' / 'ppo_continuous_action.py')!r}); print(os.environ.get('MUJOCO_GL'))"
-    base = {k: v for k, v in script_env().items() if k not in ("DISPLAY", "MUJOCO_GL")}
-    chosen = subprocess.run([sys.executable, "-c", code], check=False, env=base, capture_output=True, text=True, timeout=120)
-    kept = subprocess.run(
-        [sys.executable, "-c", code],
-        check=False,
-        env={**base, "MUJOCO_GL": "osmesa"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert chosen.stdout.strip().splitlines()[-1] == "egl", chosen.stderr[-2000:]
-    assert kept.stdout.strip().splitlines()[-1] == "osmesa", kept.stderr[-2000:]
 
 
 COMMON_BAD_INPUTS = [

@@ -107,6 +107,17 @@ def test_n_step_transitions_of_hand_made_episodes(rainbow):
     np.testing.assert_array_equal(returns, [1, 0, 2])
     np.testing.assert_array_equal(discounts, [0.5, 0.5, 0.0])
     np.testing.assert_array_equal(next_obs, np.stack([stack(frames, t) for t in (1, 2, 3)]))
+    # an episode cut short (a resumed run whose games could not be saved starts new ones: rb.cut_episodes()) ends
+    # where it was cut: its last transitions bootstrap from its last observation, never from the next episode's steps
+    rb_cut = rainbow.PrioritizedFrameReplayBuffer(100, 1, TINY_FRAMES, n_step=3, gamma=0.5, alpha=0.5)
+    cut = add_episode(rb_cut, 10, [1, 1, 1, 1])
+    rb_cut.cut_episodes()
+    add_episode(rb_cut, 30, [2, 2, 2], terminated=True)
+    obs, _, next_obs, returns, discounts = rb_cut.get(*all_valid(rb_cut))
+    assert len(obs) == 4 + 3
+    np.testing.assert_allclose(returns[:4], [1.75, 1.75, 1.5, 1.0])
+    np.testing.assert_allclose(discounts[:4], [0.125, 0.125, 0.25, 0.5])
+    np.testing.assert_array_equal(next_obs[:4], np.stack([stack(cut, t) for t in (3, 4, 4, 4)]))
 
 
 def test_prioritized_sampling_importance_weights_and_sum_tree(rainbow):
@@ -115,7 +126,7 @@ def test_prioritized_sampling_importance_weights_and_sum_tree(rainbow):
     alpha, beta = 0.5, 0.4
     rb = rainbow.PrioritizedFrameReplayBuffer(16, 1, TINY_FRAMES, n_step=1, gamma=0.99, alpha=alpha)
     add_episode(rb, 10, [0] * 8, terminated=True)  # 9 frames: the first only starts the episode, 8 transitions
-    envs, slots = all_valid(rb)
+    _, slots = all_valid(rb)  # all in env 0
     assert len(slots) == 8
     leaves = rb.tree.leaves + slots
     # a new transition gets the highest priority seen so far (1 at first); the episode's first frames get none
@@ -123,7 +134,7 @@ def test_prioritized_sampling_importance_weights_and_sum_tree(rainbow):
     assert rb.tree.nodes[1] == 8.0
 
     priorities = np.array([1.0, 4.0, 9.0, 16.0, 0.25, 2.25, 6.25, 0.01])
-    rb.update_priorities((envs, slots), priorities)
+    rb.update_priorities(slots, priorities)  # one env: a transition's index in the sum tree is its slot
     expected_p = priorities**alpha / (priorities**alpha).sum()  # 1, 2, 3, 4, 0.5, 1.5, 2.5, 0.1 over 14.6
     assert rb.tree.nodes[1] == pytest.approx(14.6)
     assert rb.tree.nodes[leaves].sum() == pytest.approx(14.6) and rb.max_priority == 16.0
@@ -131,15 +142,15 @@ def test_prioritized_sampling_importance_weights_and_sum_tree(rainbow):
     inner = np.arange(1, rb.tree.leaves)
     np.testing.assert_allclose(rb.tree.nodes[inner], rb.tree.nodes[2 * inner] + rb.tree.nodes[2 * inner + 1])
     assert rb.tree.nodes[2] == pytest.approx(np.sum(np.sqrt(priorities[slots < 8])))
-    rb.update_priorities((envs[:1], slots[:1]), np.array([25.0]))  # 1 -> 25: the total grows by 5 - 1
+    rb.update_priorities(slots[:1], np.array([25.0]))  # 1 -> 25: the total grows by 5 - 1
     assert rb.tree.nodes[1] == pytest.approx(18.6) and rb.max_priority == 25.0
-    rb.update_priorities((envs[:1], slots[:1]), np.array([1.0]))
+    rb.update_priorities(slots[:1], np.array([1.0]))
     assert rb.tree.nodes[1] == pytest.approx(14.6)
 
     np.random.seed(0)
     counts, draws = np.zeros(len(rb.positions[0]), dtype=np.int64), 0
     for _ in range(40):
-        *batch, (b_envs, b_slots) = rb.sample(500, beta, "cpu")
+        *batch, b_slots = rb.sample(500, beta, "cpu")  # the batch's sum-tree indices, with one env its slots
         np.add.at(counts, b_slots, 1)
         draws += len(b_slots)
         # importance weights by hand for these draws: N = 8 transitions
@@ -155,6 +166,30 @@ def test_prioritized_sampling_importance_weights_and_sum_tree(rainbow):
     add_step(rb, stack(frames, 0), stack(frames, 1), 0, 0.0)
     new_slot = rb.positions[0].argmax()
     assert rb.tree.nodes[rb.tree.leaves + new_slot] == pytest.approx(np.sqrt(25.0))
+
+
+def test_sum_tree_by_hand():
+    """cleanrl_utils.buffers.SumTree, which the prioritized replay samples with: 5 weights in 8 leaves, every inner
+    node the sum of its children, find by cumulative mass, and draws in proportion among the indices accepted."""
+    from cleanrl_utils.buffers import SumTree
+
+    tree = SumTree(5)
+    assert tree.leaves == 8 and len(tree.nodes) == 16 and tree.nodes[1] == 0
+    tree.set([0, 1, 2, 3, 4], [1.0, 2.0, 0.0, 3.0, 4.0])
+    assert (tree.nodes[1], tree.nodes[2], tree.nodes[3], tree.nodes[4]) == (10.0, 6.0, 4.0, 3.0)
+    # cumulative masses: [0, 1) is index 0, [1, 3) index 1, [3, 6) index 3 (index 2 weighs nothing), [6, 10) index 4
+    np.testing.assert_array_equal(tree.find([0.0, 0.99, 1.0, 2.99, 3.0, 5.99, 6.0, 9.99]), [0, 0, 1, 1, 3, 3, 4, 4])
+    tree.set([1, 1], [5.0, 5.0])  # a repeated index: the same value twice
+    assert tree.nodes[1] == 13.0 and tree.nodes[2] == 9.0
+    inner = np.arange(1, tree.leaves)
+    np.testing.assert_array_equal(tree.nodes[inner], tree.nodes[2 * inner] + tree.nodes[2 * inner + 1])
+
+    np.random.seed(0)
+    draws = tree.sample(20_000, lambda indices: indices != 4)  # index 4 refused: drawn again
+    assert len(draws) == 20_000
+    np.testing.assert_allclose(np.bincount(draws, minlength=5) / len(draws), [1 / 9, 5 / 9, 0, 3 / 9, 0], atol=0.01)
+    with pytest.raises(RuntimeError, match="no whole transition"):
+        tree.sample(4, lambda indices: np.zeros(len(indices), dtype=bool))
 
 
 def test_buffer_returns_the_n_step_transitions_of_a_real_game(rainbow):
@@ -220,11 +255,11 @@ def test_buffer_returns_the_n_step_transitions_of_a_real_game(rainbow):
 
 
 def test_buffer_holds_each_frame_once(rainbow):
-    """N transitions take about N frames plus 34 bytes of bookkeeping and at most 32 of sum tree each."""
+    """N transitions take about N frames plus 33 bytes of bookkeeping and at most 32 of sum tree each."""
     n = 10_000
     rb = rainbow.PrioritizedFrameReplayBuffer(n, 1, gym.spaces.Box(0, 255, (4, 84, 84), np.uint8))
     total = sum(value.nbytes for value in vars(rb).values() if isinstance(value, np.ndarray)) + rb.tree.nodes.nbytes
-    assert rb.frames.nbytes == n * 84 * 84 and total <= n * (84 * 84 + 34 + 32) + 1024, total
+    assert rb.frames.nbytes == n * 84 * 84 and total <= n * (84 * 84 + 33 + 32) + 1024, total
 
 
 def test_noisy_linear_is_factorised_and_redrawn_at_each_pass(rainbow):
@@ -294,7 +329,7 @@ def test_smoke_with_every_flag(tmp_path):
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
     rb_state = checkpoint["state"]["rb"]
     assert checkpoint["global_step"] == 600 and rb_state["frames"].shape == (1, 500, 84, 84)
-    assert rb_state["tree"][1] > 0 and rb_state["max_priority"] > 0 and rb_state["ends_episode"].shape == (1, 500)
+    assert rb_state["tree"].nodes[1] > 0 and rb_state["max_priority"] > 0 and rb_state["episode_starts"].shape == (1, 500)
     assert {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/beta"} <= scalar_tags(run_dir)
     # logged every 100 gradient steps (every 400 env steps), once learning has started
     for tag in ["losses/loss", "losses/q_values", "charts/beta"]:

@@ -182,7 +182,7 @@ def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path):
     flags = ["--resume", str(run_dir), "--total-timesteps", str(end), "--checkpoint-interval", "100"]
     result = run_script(SCRIPT, *flags, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"no replay buffer in the checkpoint: refilling it until step {stopped + 150}" in result.stderr
+    assert f"refilling it for 150 steps, learning again after step {stopped + 150}" in result.stderr
     assert "no env state" not in result.stderr  # the games went on where they were
     final = load_checkpoint(checkpoint_files(run_dir)[0])
     assert final["global_step"] == end

@@ -100,7 +100,7 @@ def test_numpy_acting_is_the_q_networks_argmax():
         dqn.numpy_layers(q_network.network)
 
 
-def test_dqn_jax_td_target_and_sample():
+def test_dqn_jax_td_target():
     dqn_jax = load_script("dqn_jax")
     import jax.numpy as jnp
 
@@ -108,12 +108,6 @@ def test_dqn_jax_td_target_and_sample():
         jnp.array([1.0, 1.0]), jnp.array([[1.0, 3.0], [2.0, 0.0]]), jnp.array([1.0, 0.0]), gamma=0.9
     )  # terminated, then truncated (stored as not terminated: it bootstraps)
     np.testing.assert_allclose(np.asarray(target), [1.0, 1.0 + 0.9 * 2.0], rtol=1e-6)
-    rb = dqn_jax.ReplayBuffer(4, gym.spaces.Box(0, 10, (1,)))
-    rb.add(np.array([[1.0], [2.0]]), np.array([[2.0], [3.0]]), np.array([0, 1]), np.array([0.5, 1.5]), np.array([0, 1]), {})
-    np.random.seed(0)
-    obs, actions, next_obs, rewards, terminations = rb.sample(8)
-    np.testing.assert_array_equal(next_obs - obs, 1.0)  # rows stay whole transitions
-    np.testing.assert_array_equal(rewards, np.where(actions == 0, 0.5, 1.5))
 
 
 @pytest.mark.parametrize("script", ["c51", "c51_jax"])
@@ -167,50 +161,45 @@ def test_pqn_q_lambda_returns_by_hand():
     np.testing.assert_allclose(returns, [[g0_0, g1_0], [g0_1, g1_1], [g0_2, g1_2]], rtol=1e-12)
 
 
-def test_replay_buffer_holds_real_transitions_across_resets():
-    """Two short-episode envs stepped through several resets, with dqn.py's own make_env, vector env and buffer:
-    every stored transition is one real step, the last step of an episode keeps its real last observation (the
-    buffer reads it from infos["final_obs"]), and only a termination is stored as done."""
-    dqn = load_script("dqn")
+@pytest.mark.parametrize("script", ["dqn", "dqn_jax", "c51", "c51_jax"])
+def test_replay_buffer_holds_real_transitions_across_resets(script):
+    """Two short-episode envs stepped through several resets, with the script's own make_env, vector env and
+    real_next_observations into Stable-Baselines3's buffer built as the script builds it: every stored transition is
+    one real step, the last step of an episode keeps its real last observation (read from infos["final_obs"]), and
+    only a termination is stored as done."""
+    from stable_baselines3.common.buffers import ReplayBuffer
+
+    module = load_script(script)
     import custom_env  # noqa: F401  (registers Corridor-v0: exit at position 5, time limit 20)
 
     envs = gym.vector.SyncVectorEnv(
-        [dqn.make_env("Corridor-v0", i, False, "test") for i in range(2)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+        [module.make_env("Corridor-v0", i, False, "test") for i in range(2)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
-    rb = dqn.ReplayBuffer(1000, envs.single_observation_space)
+    spaces = envs.single_observation_space, envs.single_action_space
+    rb = ReplayBuffer(1000, *spaces, "cpu", 2, handle_timeout_termination=False)
     obs, _ = envs.reset(seed=0)
     for _ in range(45):  # env 0 walks to the exit (terminates every 5 steps), env 1 into the wall (truncated at 20)
         actions = np.array([1, 0])
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-        rb.add(obs, next_obs, actions, rewards, terminations, infos)
+        rb.add(obs, module.real_next_observations(next_obs, infos), actions, rewards, terminations, infos)
         obs = next_obs
     envs.close()
 
-    assert rb.pos == 90 and not rb.full
-    walker = slice(0, 90, 2)  # transitions alternate env 0, env 1
-    step = rb.next_obs[walker, 0] - rb.obs[walker, 0]
-    np.testing.assert_allclose(step, 0.2, rtol=1e-6)  # every stored transition moves one cell: no reset jump
-    np.testing.assert_array_equal(rb.terminations[walker], (rb.next_obs[walker, 0] == 1.0).astype(np.float32))
-    np.testing.assert_array_equal(rb.rewards[walker], rb.terminations[walker])
-    assert rb.terminations[walker].sum() == 9
-    waller = slice(1, 90, 2)
-    np.testing.assert_array_equal(rb.obs[waller], 0.0)
-    np.testing.assert_array_equal(rb.next_obs[waller], 0.0)
-    assert rb.terminations[waller].sum() == 0  # the time limit cut its episodes: stored as not done
+    assert rb.pos == 45 and not rb.full  # one row a vector step, a column an env
+    walker_obs, walker_next_obs, walker_dones = rb.observations[:45, 0, 0], rb.next_observations[:45, 0, 0], rb.dones[:45, 0]
+    np.testing.assert_allclose(walker_next_obs - walker_obs, 0.2, rtol=1e-6)  # every stored transition moves one cell
+    np.testing.assert_array_equal(walker_dones, (walker_next_obs == 1.0).astype(np.float32))
+    np.testing.assert_array_equal(rb.rewards[:45, 0], walker_dones)
+    assert walker_dones.sum() == 9
+    np.testing.assert_array_equal(rb.observations[:45, 1], 0.0)
+    np.testing.assert_array_equal(rb.next_observations[:45, 1], 0.0)
+    assert rb.dones[:45, 1].sum() == 0  # the time limit cut its episodes: stored as not done
 
     torch.manual_seed(0)
     np.random.seed(0)
-    b_obs, b_actions, b_next_obs, b_rewards, b_terminations = rb.sample(64, "cpu")
-    assert b_obs.shape == (64, 1) and b_actions.dtype == torch.int64 and b_terminations.shape == (64,)
-
-
-def test_replay_buffer_wraps_around():
-    dqn = load_script("dqn")
-    rb = dqn.ReplayBuffer(3, gym.spaces.Box(0, 10, (1,)))
-    for i in range(5):
-        rb.add(np.array([[i]]), np.array([[i + 1]]), np.array([0]), np.array([float(i)]), np.array([False]), {})
-    assert rb.full and rb.pos == 2
-    assert sorted(rb.rewards.tolist()) == [2.0, 3.0, 4.0]  # the oldest transitions were overwritten
+    data = rb.sample(64)
+    assert data.observations.shape == (64, 1) and data.actions.dtype == torch.int64 and data.dones.shape == (64, 1)
 
 
 @pytest.mark.e2e
