@@ -1,4 +1,4 @@
-# C51, categorical DQN (Bellemare et al. 2017), in JAX (flax + optax) on vector observations; docs: README.md#c51_jaxpy
+# C51, categorical DQN (Bellemare et al. 2017), in JAX on vector observations; docs: docs/algorithms/c51_jax.md
 import glob
 import json
 import os
@@ -196,6 +196,7 @@ if __name__ == "__main__":
 
         hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     num_iterations = args.total_timesteps // args.num_envs  # vector steps
+    total_steps = num_iterations * args.num_envs  # the budget in whole vector steps: what the run does
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
     os.makedirs(run_dir, exist_ok=True)
@@ -266,8 +267,7 @@ if __name__ == "__main__":
     obs, _ = envs.reset(seed=args.seed)
 
     def checkpoint_state():  # what a checkpoint holds (the replay buffer too: a resumed run learns from the same data)
-        q_state_dict = jax.device_get(flax.serialization.to_state_dict(q_state))  # numpy: loads without this script
-        return dict(q_state=q_state_dict, rb=rb, envs=envs, obs=obs, global_step=global_step)
+        return dict(q_state=q_state, rb=rb, envs=envs, obs=obs, global_step=global_step)
 
     run_state = None
     if args.checkpoint_interval or checkpoint:  # needs cleanrl_utils; a copied script trains without it
@@ -276,14 +276,13 @@ if __name__ == "__main__":
         run_state = RunState(run_dir, args, writer, checkpoint)
         if checkpoint:
             saved = run_state.restore(checkpoint_state())
-            global_step, obs = saved["global_step"], saved["obs"]
-            q_state = flax.serialization.from_state_dict(q_state, saved["q_state"])
+            q_state, global_step, obs = saved["q_state"], saved["global_step"], saved["obs"]
             if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new episodes
                 obs, _ = envs.reset(seed=args.seed + global_step)
 
-    print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
+    print(f"{run_name}: training to {total_steps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
     # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
-    progress = tqdm(total=num_iterations * args.num_envs, initial=global_step, unit="step", file=sys.stdout, disable=None)
+    progress = tqdm(total=total_steps, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
     report_every = max(1, num_iterations // 20)
 
@@ -343,7 +342,9 @@ if __name__ == "__main__":
             progress.set_postfix_str(stats, refresh=False)
             progress.update(global_step - progress.n)
             if progress.disable and (iteration % report_every == 0 or iteration == num_iterations):
-                print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
+                left = (total_steps - global_step) / max(sps, 1)  # seconds, at the speed so far
+                timing = f"{tqdm.format_interval(time.time() - start_time)} elapsed, {tqdm.format_interval(left)} left"
+                print(f"step {global_step}/{total_steps}, {stats}, {timing}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 

@@ -1,4 +1,4 @@
-# DDPG (Lillicrap et al. 2016), CleanRL's TD3-style variant, for continuous actions; docs: README.md#ddpg_continuous_actionpy
+# DDPG (Lillicrap et al. 2016), CleanRL's TD3-style variant; docs: docs/algorithms/ddpg_continuous_action.md
 import glob
 import importlib
 import json
@@ -197,6 +197,7 @@ if __name__ == "__main__":
 
         hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     num_iterations = args.total_timesteps // args.num_envs  # vector steps
+    total_steps = num_iterations * args.num_envs  # the budget in whole vector steps: what the run does
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
     os.makedirs(run_dir, exist_ok=True)
@@ -268,9 +269,9 @@ if __name__ == "__main__":
     if checkpoint and not args.checkpoint_buffer:  # an empty buffer: act with the policy, without learning, to refill it
         updates_start = run_state.refill(global_step, args.learning_starts)
 
-    print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
+    print(f"{run_name}: training to {total_steps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
     # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
-    progress = tqdm(total=num_iterations * args.num_envs, initial=global_step, unit="step", file=sys.stdout, disable=None)
+    progress = tqdm(total=total_steps, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
     report_every, actor_loss = max(1, num_iterations // 20), None
 
@@ -339,7 +340,9 @@ if __name__ == "__main__":
             progress.set_postfix_str(stats, refresh=False)
             progress.update(global_step - progress.n)
             if progress.disable and (iteration % report_every == 0 or iteration == num_iterations):
-                print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
+                left = (total_steps - global_step) / max(sps, 1)  # seconds, at the speed so far
+                timing = f"{tqdm.format_interval(time.time() - start_time)} elapsed, {tqdm.format_interval(left)} left"
+                print(f"step {global_step}/{total_steps}, {stats}, {timing}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 

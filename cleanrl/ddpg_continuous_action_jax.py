@@ -1,4 +1,4 @@
-# DDPG (Lillicrap et al. 2016) in JAX (flax + optax), CleanRL's TD3-style variant; docs: README.md#ddpg_continuous_action_jaxpy
+# DDPG (Lillicrap et al. 2016) in JAX, CleanRL's TD3-style variant; docs: docs/algorithms/ddpg_continuous_action_jax.md
 import glob
 import json
 import math
@@ -203,6 +203,7 @@ if __name__ == "__main__":
 
         hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     num_iterations = args.total_timesteps // args.num_envs  # vector steps, one update each
+    total_steps = num_iterations * args.num_envs  # the budget in whole vector steps: what the run does
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
     os.makedirs(run_dir, exist_ok=True)
@@ -306,25 +307,23 @@ if __name__ == "__main__":
     global_step, updates_start = 0, args.learning_starts  # a resume without the buffer learns again later
     obs, _ = envs.reset(seed=args.seed)
 
-    def checkpoint_state():  # what a checkpoint holds; flax's states as numpy state dicts, loadable without this script
-        actor_dict, qf_dict = (jax.device_get(flax.serialization.to_state_dict(state)) for state in (actor_state, qf_state))
-        rng = dict(key=jax.device_get(key), action_space_rng=envs.action_space.np_random)  # the warm-up's random actions
-        learner = dict(actor_state=actor_dict, qf_state=qf_dict, rb=rb if args.checkpoint_buffer else None, **rng)
+    def checkpoint_state():  # what a checkpoint holds; action_space_rng: the warm-up's random actions
+        rng = dict(key=key, action_space_rng=envs.action_space.np_random)
+        learner = dict(actor_state=actor_state, qf_state=qf_state, rb=rb if args.checkpoint_buffer else None, **rng)
         return learner | dict(envs=envs, obs=obs, updates_start=updates_start, global_step=global_step)
 
     if checkpoint:
         saved = run_state.restore(checkpoint_state())
-        actor_state = flax.serialization.from_state_dict(actor_state, saved["actor_state"])
-        qf_state = flax.serialization.from_state_dict(qf_state, saved["qf_state"])
-        key, obs, global_step, updates_start = (saved[name] for name in ["key", "obs", "global_step", "updates_start"])
+        actor_state, qf_state, key = saved["actor_state"], saved["qf_state"], saved["key"]
+        obs, global_step, updates_start = saved["obs"], saved["global_step"], saved["updates_start"]
         if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new episodes
             obs, _ = envs.reset(seed=args.seed + global_step)
     if checkpoint and not args.checkpoint_buffer:  # an empty buffer: act with the policy, without learning, to refill it
         updates_start = run_state.refill(global_step, args.learning_starts)
 
-    print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
+    print(f"{run_name}: training to {total_steps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
     # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
-    progress = tqdm(total=num_iterations * args.num_envs, initial=global_step, unit="step", file=sys.stdout, disable=None)
+    progress = tqdm(total=total_steps, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
     report_every, actor_loss = max(1, num_iterations // 20), None
 
@@ -374,7 +373,9 @@ if __name__ == "__main__":
             progress.set_postfix_str(stats, refresh=False)
             progress.update(global_step - progress.n)
             if progress.disable and (iteration % report_every == 0 or iteration == num_iterations):
-                print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
+                left = (total_steps - global_step) / max(sps, 1)  # seconds, at the speed so far
+                timing = f"{tqdm.format_interval(time.time() - start_time)} elapsed, {tqdm.format_interval(left)} left"
+                print(f"step {global_step}/{total_steps}, {stats}, {timing}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 

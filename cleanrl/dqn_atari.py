@@ -1,4 +1,4 @@
-# DQN (Mnih et al. 2015) on Atari games with a frame-deduplicating replay buffer; docs: README.md#dqn_ataripy
+# DQN (Mnih et al. 2015) on Atari games, frame-once replay; docs: docs/algorithms/dqn_atari.md
 import glob
 import json
 import os
@@ -189,6 +189,7 @@ if __name__ == "__main__":
 
         hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     num_iterations = args.total_timesteps // args.num_envs  # vector steps
+    total_steps = num_iterations * args.num_envs  # the budget in whole vector steps: what the run does
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
     os.makedirs(run_dir, exist_ok=True)
@@ -249,9 +250,9 @@ if __name__ == "__main__":
             if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new games
                 obs, _ = envs.reset(seed=args.seed + global_step)
 
-    print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
+    print(f"{run_name}: training to {total_steps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
     # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
-    progress = tqdm(total=num_iterations * args.num_envs, initial=global_step, unit="step", file=sys.stdout, disable=None)
+    progress = tqdm(total=total_steps, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
 
     for iteration in range(global_step // args.num_envs + 1, num_iterations + 1):
@@ -316,7 +317,9 @@ if __name__ == "__main__":
             progress.set_postfix_str(stats, refresh=False)
             progress.update(global_step - progress.n)
             if progress.disable and report:
-                print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
+                left = (total_steps - global_step) / max(sps, 1)  # seconds, at the speed so far
+                timing = f"{tqdm.format_interval(time.time() - start_time)} elapsed, {tqdm.format_interval(left)} left"
+                print(f"step {global_step}/{total_steps}, {stats}, {timing}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 

@@ -1,4 +1,4 @@
-# PPO for discrete actions (Schulman et al. 2017), the reference script of cleanrl; docs: README.md#ppopy
+# PPO for discrete actions (Schulman et al. 2017), the reference script of cleanrl; docs: docs/algorithms/ppo.md
 import glob
 import json
 import os
@@ -112,21 +112,14 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 class Agent(nn.Module):
     def __init__(self, envs):
         super().__init__()
-        obs_dim = np.array(envs.single_observation_space.shape).prod()
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 1), std=1.0),
-        )
-        self.actor = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, envs.single_action_space.n), std=0.01),
-        )
+        obs_dim = int(np.prod(envs.single_observation_space.shape))
+
+        def mlp(out_dim, out_std):  # CleanRL's 64-64 tanh network, orthogonally initialized
+            hidden = [layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)), nn.Tanh()]
+            return nn.Sequential(*hidden, layer_init(nn.Linear(64, out_dim), std=out_std))
+
+        self.critic = mlp(1, out_std=1.0)
+        self.actor = mlp(envs.single_action_space.n, out_std=0.01)
 
     def get_value(self, x):
         return self.critic(x.flatten(1))
@@ -202,6 +195,7 @@ if __name__ == "__main__":
         hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     batch_size = args.num_envs * args.num_steps
     minibatch_size, num_iterations = batch_size // args.num_minibatches, args.total_timesteps // batch_size
+    total_steps = num_iterations * batch_size  # the budget in whole rollouts: what the run does
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
     os.makedirs(run_dir, exist_ok=True)
@@ -262,9 +256,9 @@ if __name__ == "__main__":
             if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new episodes
                 next_obs, _ = envs.reset(seed=args.seed + global_step)
 
-    print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
+    print(f"{run_name}: training to {total_steps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
     # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
-    progress = tqdm(total=num_iterations * batch_size, initial=global_step, unit="step", file=sys.stdout, disable=None)
+    progress = tqdm(total=total_steps, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
 
     for iteration in range(global_step // batch_size + 1, num_iterations + 1):
@@ -380,7 +374,9 @@ if __name__ == "__main__":
         progress.set_postfix_str(stats, refresh=False)
         progress.update(global_step - progress.n)
         if progress.disable and (iteration % max(1, num_iterations // 20) == 0 or iteration == num_iterations):
-            print(f"step {global_step}/{num_iterations * batch_size}, {stats}", flush=True)
+            left = (total_steps - global_step) / max(sps, 1)  # seconds, at the speed so far
+            timing = f"{tqdm.format_interval(time.time() - start_time)} elapsed, {tqdm.format_interval(left)} left"
+            print(f"step {global_step}/{total_steps}, {stats}, {timing}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 

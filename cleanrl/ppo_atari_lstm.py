@@ -1,4 +1,4 @@
-# PPO with an LSTM core on Atari games from pixels, one frame per observation; docs: README.md#ppo_atari_lstmpy
+# PPO with an LSTM core on Atari games, one frame per observation; docs: docs/algorithms/ppo_atari_lstm.md
 import glob
 import json
 import os
@@ -202,11 +202,10 @@ def check_args(args):
         fail(f"--checkpoint-interval must be >= 0 (0 = off), got {args.checkpoint_interval}")
     if not 0 <= args.seed < 2**32:
         fail(f"--seed must be in [0, 2**32) (numpy's seed range), got {args.seed}")
-    batch_size = args.num_envs * args.num_steps
     if args.num_envs % args.num_minibatches:
         fail(f"--num-minibatches {args.num_minibatches} must divide --num-envs {args.num_envs}: minibatches are whole envs")
-    if args.total_timesteps < batch_size:
-        fail(f"--total-timesteps {args.total_timesteps} is less than one rollout (--num-envs * --num-steps = {batch_size})")
+    if args.total_timesteps < args.num_envs * args.num_steps:
+        fail(f"--total-timesteps {args.total_timesteps} is less than one rollout of {args.num_envs * args.num_steps} steps")
     try:
         env = gym.make(args.env_id)  # a `module:EnvName-v0` id imports its module, which registers the env
     except (gym.error.Error, ModuleNotFoundError) as e:
@@ -230,6 +229,7 @@ if __name__ == "__main__":
         hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     batch_size = args.num_envs * args.num_steps
     envs_per_batch, num_iterations = args.num_envs // args.num_minibatches, args.total_timesteps // batch_size
+    total_steps = num_iterations * batch_size  # the budget in whole rollouts: what the run does
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
     os.makedirs(run_dir, exist_ok=True)
@@ -289,14 +289,13 @@ if __name__ == "__main__":
         if checkpoint:
             saved = run_state.restore(checkpoint_state())
             global_step, (next_obs, next_lstm_state, next_done) = saved["global_step"], saved["memory"]
-            next_lstm_state, next_done = tuple(state.to(device) for state in next_lstm_state), next_done.to(device)
             if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new episodes, no memory
                 next_obs, _ = envs.reset(seed=args.seed + global_step)
                 next_lstm_state, next_done = agent.initial_state(args.num_envs, device), torch.zeros_like(next_done)
 
-    print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
+    print(f"{run_name}: training to {total_steps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
     # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
-    progress = tqdm(total=num_iterations * batch_size, initial=global_step, unit="step", file=sys.stdout, disable=None)
+    progress = tqdm(total=total_steps, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
 
     for iteration in range(global_step // batch_size + 1, num_iterations + 1):
@@ -304,8 +303,7 @@ if __name__ == "__main__":
             frac = 1.0 - (iteration - 1.0) / num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        # the update replays each rollout from the state it started with
-        initial_lstm_state = (next_lstm_state[0].clone(), next_lstm_state[1].clone())
+        initial_lstm_state = next_lstm_state  # the update replays the rollout from here (the LSTM never writes in place)
         final_values = np.zeros_like(rewards)  # V(real last observation) where a game was truncated
         for step in range(args.num_steps):
             global_step += args.num_envs
@@ -420,7 +418,9 @@ if __name__ == "__main__":
         progress.set_postfix_str(stats, refresh=False)
         progress.update(global_step - progress.n)
         if progress.disable and (iteration % max(1, num_iterations // 20) == 0 or iteration == num_iterations):
-            print(f"step {global_step}/{num_iterations * batch_size}, {stats}", flush=True)
+            left = (total_steps - global_step) / max(sps, 1)  # seconds, at the speed so far
+            timing = f"{tqdm.format_interval(time.time() - start_time)} elapsed, {tqdm.format_interval(left)} left"
+            print(f"step {global_step}/{total_steps}, {stats}, {timing}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 

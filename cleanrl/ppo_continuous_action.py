@@ -1,4 +1,4 @@
-# PPO for continuous actions (Schulman et al. 2017): a diagonal Gaussian policy; docs: README.md#ppo_continuous_actionpy
+# PPO for continuous actions (Schulman et al. 2017); docs: docs/algorithms/ppo_continuous_action.md
 import glob
 import importlib
 import json
@@ -134,11 +134,10 @@ class Agent(nn.Module):
         self.critic = mlp(1, out_std=1.0)
         self.actor_mean = mlp(action_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))  # state-independent
-        low, high = action_space.low, action_space.high
-        finite = np.isfinite(low) & np.isfinite(high)
-        self.action_low, self.action_high = low, high
-        self.action_scale = np.where(finite, (high - low) / 2, 1.0).astype(action_space.dtype)
-        self.action_bias = np.where(finite, (high + low) / 2, 0.0).astype(action_space.dtype)
+        self.action_low, self.action_high = action_space.low, action_space.high
+        finite = np.isfinite(self.action_low) & np.isfinite(self.action_high)
+        self.action_scale = np.where(finite, (self.action_high - self.action_low) / 2, 1.0).astype(action_space.dtype)
+        self.action_bias = np.where(finite, (self.action_high + self.action_low) / 2, 0.0).astype(action_space.dtype)
 
     def get_action(self, x):
         return torch.normal(self.actor_mean(x), self.actor_logstd.exp())  # a sample of the Gaussian policy
@@ -227,6 +226,7 @@ if __name__ == "__main__":
         hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     batch_size = args.num_envs * args.num_steps
     minibatch_size, num_iterations = batch_size // args.num_minibatches, args.total_timesteps // batch_size
+    total_steps = num_iterations * batch_size  # the budget in whole rollouts: what the run does
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
     os.makedirs(run_dir, exist_ok=True)
@@ -292,9 +292,9 @@ if __name__ == "__main__":
         obs_rms.update(raw_obs)
         next_obs, discounted_returns = normalize_obs(raw_obs, obs_rms), np.zeros(args.num_envs)
 
-    print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
+    print(f"{run_name}: training to {total_steps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
     # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
-    progress = tqdm(total=num_iterations * batch_size, initial=global_step, unit="step", file=sys.stdout, disable=None)
+    progress = tqdm(total=total_steps, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
 
     for iteration in range(global_step // batch_size + 1, num_iterations + 1):
@@ -410,7 +410,9 @@ if __name__ == "__main__":
         progress.set_postfix_str(stats, refresh=False)
         progress.update(global_step - progress.n)
         if progress.disable and (iteration % max(1, num_iterations // 20) == 0 or iteration == num_iterations):
-            print(f"step {global_step}/{num_iterations * batch_size}, {stats}", flush=True)
+            left = (total_steps - global_step) / max(sps, 1)  # seconds, at the speed so far
+            timing = f"{tqdm.format_interval(time.time() - start_time)} elapsed, {tqdm.format_interval(left)} left"
+            print(f"step {global_step}/{total_steps}, {stats}, {timing}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 

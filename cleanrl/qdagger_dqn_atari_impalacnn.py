@@ -1,4 +1,4 @@
-# QDagger (Agarwal et al. 2022, "Reincarnating RL"): an IMPALA-CNN DQN student distilled from a DQN teacher on Atari; docs: README.md#qdagger_dqn_atari_impalacnnpy
+# QDagger (Agarwal et al. 2022): a DQN student and its teacher; docs: docs/algorithms/qdagger_dqn_atari_impalacnn.md
 import glob
 import json
 import os
@@ -258,6 +258,7 @@ if __name__ == "__main__":
         hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     teacher_path = None if checkpoint else load_teacher(args)  # a resumed run has the teacher in its checkpoint
     num_iterations = args.total_timesteps // args.num_envs  # online vector steps
+    total_steps = num_iterations * args.num_envs  # the online budget in whole vector steps: what the run does
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
     os.makedirs(run_dir, exist_ok=True)
@@ -387,18 +388,20 @@ if __name__ == "__main__":
         """About 20 reports a phase on its bar, then the checkpoint call (run_state's interval counts online steps)."""
         every = max(1, progress.total // 20)
         if step // every > (step - advance) // every or step >= progress.total:
-            stats = f"{(step - start_step) / (time.time() - start_time):.0f}/s, {stats}"
-            progress.set_postfix_str(f"{phase}, {stats}", refresh=False)
+            rate = (step - start_step) / (time.time() - start_time)
+            progress.set_postfix_str(f"{phase}, {rate:.0f}/s, {stats}", refresh=False)
             progress.update(step - progress.n)
             if progress.disable:
-                print(f"step {step}/{progress.total} ({phase}), {stats}", flush=True)
+                left = (progress.total - step) / max(rate, 1e-9)  # seconds, at the speed so far
+                timing = f"{tqdm.format_interval(time.time() - start_time)} elapsed, {tqdm.format_interval(left)} left"
+                print(f"step {step}/{progress.total} ({phase}), {rate:.0f}/s, {stats}, {timing}", flush=True)
         interval = args.checkpoint_interval  # the teacher's and the offline phase's checkpoints: at their own steps
         if run_state and phase != "online" and interval and step // interval > (step - advance) // interval:
             run_state.save(global_step, checkpoint_state(), finished=False)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 
-    print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
+    print(f"{run_name}: training to {total_steps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
     print(f"the teacher scores {teacher_mean:.1f} on average over {len(teacher_returns)} games: {teacher_returns}")
 
     if phase != "online":
@@ -435,7 +438,7 @@ if __name__ == "__main__":
 
     # 3. online: the student acts and learns; the distillation fades as its score nears the teacher's
     phase, start_time, start_step = "online", time.time(), global_step
-    progress = tqdm(total=num_iterations * args.num_envs, initial=global_step, unit="step", file=sys.stdout, disable=None)
+    progress = tqdm(total=total_steps, initial=global_step, unit="step", file=sys.stdout, disable=None)
     for iteration in range(global_step // args.num_envs + 1, num_iterations + 1):
         global_step += args.num_envs
         log_step = args.offline_steps + global_step

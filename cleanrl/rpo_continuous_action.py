@@ -1,4 +1,4 @@
-# Robust Policy Optimization (Rahman & Xue 2022): PPO whose Gaussian mean is perturbed in the update; docs: README.md#rpo_continuous_actionpy
+# RPO (Rahman & Xue 2022): PPO with a perturbed Gaussian mean; docs: docs/algorithms/rpo_continuous_action.md
 import glob
 import importlib
 import json
@@ -136,11 +136,10 @@ class Agent(nn.Module):
         self.critic = mlp(1, out_std=1.0)
         self.actor_mean = mlp(action_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))  # state-independent
-        low, high = action_space.low, action_space.high
-        finite = np.isfinite(low) & np.isfinite(high)
-        self.action_low, self.action_high = low, high
-        self.action_scale = np.where(finite, (high - low) / 2, 1.0).astype(action_space.dtype)
-        self.action_bias = np.where(finite, (high + low) / 2, 0.0).astype(action_space.dtype)
+        self.action_low, self.action_high = action_space.low, action_space.high
+        finite = np.isfinite(self.action_low) & np.isfinite(self.action_high)
+        self.action_scale = np.where(finite, (self.action_high - self.action_low) / 2, 1.0).astype(action_space.dtype)
+        self.action_bias = np.where(finite, (self.action_high + self.action_low) / 2, 0.0).astype(action_space.dtype)
 
     def get_action(self, x):
         return torch.normal(self.actor_mean(x), self.actor_logstd.exp())  # a sample of the Gaussian policy
@@ -149,8 +148,7 @@ class Agent(nn.Module):
         """Log-probabilities, entropies and state values; RPO's update shifts the mean by fresh U(-rpo_alpha, rpo_alpha)
         noise. validate_args=False: a NaN mean does not raise here but reaches the loss check, which stops the run."""
         action_mean = self.actor_mean(x)
-        if rpo_alpha > 0:
-            action_mean = action_mean + torch.empty_like(action_mean).uniform_(-rpo_alpha, rpo_alpha)
+        action_mean = action_mean + torch.empty_like(action_mean).uniform_(-rpo_alpha, rpo_alpha)  # none at rpo_alpha 0
         probs = torch.distributions.Normal(action_mean, self.actor_logstd.exp(), validate_args=False)
         return probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(x).flatten()
 
@@ -192,10 +190,9 @@ def check_args(args):
     for flag in ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]:
         if getattr(args, flag) <= 0:
             fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    if args.checkpoint_interval < 0:
-        fail(f"--checkpoint-interval must be >= 0 (0 = off), got {args.checkpoint_interval}")
-    if args.rpo_alpha < 0:
-        fail(f"--rpo-alpha must be >= 0 (0 is plain PPO), got {args.rpo_alpha}")
+    for flag in ["checkpoint_interval", "rpo_alpha"]:  # 0: no checkpoints; no perturbation (plain PPO)
+        if getattr(args, flag) < 0:
+            fail(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
     if not 0 <= args.seed < 2**32:
         fail(f"--seed must be in [0, 2**32) (numpy's seed range), got {args.seed}")
     batch_size = args.num_envs * args.num_steps
@@ -234,6 +231,7 @@ if __name__ == "__main__":
         hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     batch_size = args.num_envs * args.num_steps
     minibatch_size, num_iterations = batch_size // args.num_minibatches, args.total_timesteps // batch_size
+    total_steps = num_iterations * batch_size  # the budget in whole rollouts: what the run does
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
     os.makedirs(run_dir, exist_ok=True)
@@ -299,9 +297,9 @@ if __name__ == "__main__":
         obs_rms.update(raw_obs)
         next_obs, discounted_returns = normalize_obs(raw_obs, obs_rms), np.zeros(args.num_envs)
 
-    print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
+    print(f"{run_name}: training to {total_steps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
     # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
-    progress = tqdm(total=num_iterations * batch_size, initial=global_step, unit="step", file=sys.stdout, disable=None)
+    progress = tqdm(total=total_steps, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
 
     for iteration in range(global_step // batch_size + 1, num_iterations + 1):
@@ -417,7 +415,9 @@ if __name__ == "__main__":
         progress.set_postfix_str(stats, refresh=False)
         progress.update(global_step - progress.n)
         if progress.disable and (iteration % max(1, num_iterations // 20) == 0 or iteration == num_iterations):
-            print(f"step {global_step}/{num_iterations * batch_size}, {stats}", flush=True)
+            left = (total_steps - global_step) / max(sps, 1)  # seconds, at the speed so far
+            timing = f"{tqdm.format_interval(time.time() - start_time)} elapsed, {tqdm.format_interval(left)} left"
+            print(f"step {global_step}/{total_steps}, {stats}, {timing}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 

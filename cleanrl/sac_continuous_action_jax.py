@@ -1,4 +1,4 @@
-# SAC (Haarnoja et al. 2018) in JAX: twin Q-networks, automatic entropy tuning; docs: README.md#sac_continuous_action_jaxpy
+# SAC (Haarnoja et al. 2018) in JAX; docs: docs/algorithms/sac_continuous_action_jax.md
 import glob
 import json
 import math
@@ -224,6 +224,7 @@ if __name__ == "__main__":
 
         hf_repo_id = upload_repo_id(args)  # refuses (exit 2) without --save-model or a usable Hub token
     num_iterations = args.total_timesteps // args.num_envs  # vector steps, one update each
+    total_steps = num_iterations * args.num_envs  # the budget in whole vector steps: what the run does
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = args.resume.rstrip("/") if checkpoint else f"runs/{run_name}"
     os.makedirs(run_dir, exist_ok=True)
@@ -347,26 +348,23 @@ if __name__ == "__main__":
     global_step, updates_start = 0, args.learning_starts  # a resume without the buffer learns again later
     obs, _ = envs.reset(seed=args.seed)
 
-    def checkpoint_state():  # what a checkpoint holds; flax's states as numpy state dicts, loadable without this script
-        states = dict(actor_state=actor_state, qf_state=qf_state, alpha_state=alpha_state)  # alpha_state: None if fixed
-        learner = {name: jax.device_get(flax.serialization.to_state_dict(state)) for name, state in states.items()}
-        loop = dict(envs=envs, obs=obs, global_step=global_step, updates_start=updates_start, key=jax.device_get(key))
+    def checkpoint_state():  # what a checkpoint holds; alpha_state is None where alpha is fixed
+        learner = dict(actor_state=actor_state, qf_state=qf_state, alpha_state=alpha_state, key=key)
+        loop = dict(envs=envs, obs=obs, global_step=global_step, updates_start=updates_start)
         return dict(learner, action_space_rng=envs.action_space.np_random, rb=rb if args.checkpoint_buffer else None, **loop)
 
     if checkpoint:
         saved = run_state.restore(checkpoint_state())
-        actor_state = flax.serialization.from_state_dict(actor_state, saved["actor_state"])
-        qf_state = flax.serialization.from_state_dict(qf_state, saved["qf_state"])
-        alpha_state = flax.serialization.from_state_dict(alpha_state, saved["alpha_state"])
-        key, obs, global_step, updates_start = (saved[name] for name in ["key", "obs", "global_step", "updates_start"])
+        actor_state, qf_state, alpha_state, key = (saved[name] for name in ["actor_state", "qf_state", "alpha_state", "key"])
+        obs, global_step, updates_start = saved["obs"], saved["global_step"], saved["updates_start"]
         if not saved["envs"]:  # they could not be pickled (e.g. while recording video): new episodes
             obs, _ = envs.reset(seed=args.seed + global_step)
     if checkpoint and not args.checkpoint_buffer:  # an empty buffer: act with the policy, without learning, to refill it
         updates_start = run_state.refill(global_step, args.learning_starts)
 
-    print(f"{run_name}: training to {args.total_timesteps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
+    print(f"{run_name}: training to {total_steps} steps on {device}; TensorBoard logs in {run_dir}", flush=True)
     # a bar on a terminal; disable=None turns it off where stdout is not one (a log file), and the loop prints lines
-    progress = tqdm(total=num_iterations * args.num_envs, initial=global_step, unit="step", file=sys.stdout, disable=None)
+    progress = tqdm(total=total_steps, initial=global_step, unit="step", file=sys.stdout, disable=None)
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
     report_every, actor_loss, alpha_loss = max(1, num_iterations // 20), None, None
 
@@ -415,7 +413,9 @@ if __name__ == "__main__":
             progress.set_postfix_str(stats, refresh=False)
             progress.update(global_step - progress.n)
             if progress.disable and (iteration % report_every == 0 or iteration == num_iterations):
-                print(f"step {global_step}/{num_iterations * args.num_envs}, {stats}", flush=True)
+                left = (total_steps - global_step) / max(sps, 1)  # seconds, at the speed so far
+                timing = f"{tqdm.format_interval(time.time() - start_time)} elapsed, {tqdm.format_interval(left)} left"
+                print(f"step {global_step}/{total_steps}, {stats}, {timing}", flush=True)
         if run_state:
             run_state.step(global_step, checkpoint_state)
 

@@ -26,11 +26,12 @@ here:
         run_state.finish(global_step, checkpoint_state)     # so the run can be extended with a larger budget
 
 A checkpoint entry is stored by what it is: an object with `state_dict()` (torch modules and optimizers, the
-Atari replay buffers) by its state dict, loaded back in place; Stable-Baselines3's `ReplayBuffer` by its filled rows,
+Atari replay buffers) by its state dict, loaded back in place; a flax TrainState by flax's state dict of numpy
+arrays, restored as a new TrainState; Stable-Baselines3's `ReplayBuffer` by its filled rows,
 loaded back in place; a numpy `Generator` by its bit generator's state;
 a Gymnasium `SyncVectorEnv` by its pickled sub-environments with their emulator or physics state (see
-`snapshot_envs`); anything else (the step counter, an observation, a JAX pytree) as it is, and it comes back on
-the CPU: a script moves a saved tensor back to its device. Python's, numpy's and
+`snapshot_envs`); anything else (the step counter, an observation, a JAX PRNG key) as it is, JAX arrays as numpy
+ones, and a tensor in it comes back on the device of the one it replaces. Python's, numpy's and
 torch's global RNGs are always saved. The previous checkpoint is kept as `checkpoint.prev.pt` until the next one is
 written, so one that cannot be read (a damaged disk, a partial copy) still leaves a good one.
 """
@@ -167,7 +168,8 @@ def snapshot_envs(envs: gym.vector.SyncVectorEnv) -> bytes | None:
     """The sub-environments pickled with everything that continues an episode: their wrappers (time limits, episode
     statistics, frame stacks, lives), their RNGs and, for the families that pickle as their constructor's arguments
     only (EzPickle), the simulator itself: the ALE emulator with its RNG, MuJoCo's physics. None where they cannot be
-    pickled (a video recorder holds a file handle): the resumed run then starts new episodes."""
+    pickled (a video recorder holds a file handle): the resumed run then starts new episodes. The vector env steps in
+    SAME_STEP autoreset mode, as every script makes it, so no reset is pending between two steps."""
     try:
         return cloudpickle.dumps([(env, _simulator_state(env)) for env in envs.envs])
     except (pickle.PicklingError, TypeError, AttributeError, ValueError):  # ValueError: ctypes pointers
@@ -246,11 +248,13 @@ class RunState:
             elif _is_sb3_replay_buffer(part):
                 _load_replay_buffer(part, saved[key])
                 values[key] = part
+            elif _is_flax_struct(part):  # immutable: the restored state is a new object
+                values[key] = sys.modules["flax.serialization"].from_state_dict(part, saved[key])
             elif hasattr(part, "load_state_dict"):
                 part.load_state_dict(saved[key])
                 values[key] = part
             else:
-                values[key] = saved[key]
+                values[key] = _on_device_of(saved[key], part)
         if any(isinstance(part, gym.vector.VectorEnv) and values[key] is None for key, part in state.items()):
             for part in state.values():  # a frame replay buffer ends the episodes it holds where the new games start
                 if hasattr(part, "cut_episodes"):
@@ -346,9 +350,33 @@ def _stored(part):
         filled = part.buffer_size if part.full else part.pos  # the rest is zeros: a partly filled buffer stores less
         arrays = {name: value[:filled] for name, value in vars(part).items() if isinstance(value, np.ndarray)}
         return {"pos": part.pos, "full": part.full, **arrays}
+    if _is_flax_struct(part):  # numpy arrays in flax's state dict: the checkpoint loads without JAX's devices
+        return _to_numpy(sys.modules["flax.serialization"].to_state_dict(part))
     if hasattr(part, "state_dict"):
         return part.state_dict()
-    return part
+    return _to_numpy(part)
+
+
+def _is_flax_struct(part) -> bool:
+    """A flax TrainState (any flax struct: the JAX scripts' networks, optimizer states and targets), imported by the
+    script that uses it."""
+    struct = sys.modules.get("flax.struct")
+    return struct is not None and sys.modules.get("flax.serialization") is not None and isinstance(part, struct.PyTreeNode)
+
+
+def _to_numpy(value):
+    """JAX arrays (a PRNG key, parameters), wherever they sit in a pytree, as numpy arrays on the host."""
+    jax = sys.modules.get("jax")
+    return jax.device_get(value) if jax is not None else value
+
+
+def _on_device_of(saved, current):
+    """A saved plain value (a tensor, or tensors in tuples and lists) on the device of the value it replaces."""
+    if isinstance(saved, torch.Tensor) and isinstance(current, torch.Tensor):
+        return saved.to(current.device)
+    if isinstance(saved, tuple | list) and isinstance(current, tuple | list) and len(saved) == len(current):
+        return type(saved)(_on_device_of(s, c) for s, c in zip(saved, current))
+    return saved
 
 
 def _is_sb3_replay_buffer(part) -> bool:

@@ -27,6 +27,9 @@ def test_every_script_has_its_page_in_the_nav():
     pages = set(nav_pages(config["nav"]))
     missing = [p.name for p in (REPO / "cleanrl").glob("*.py") if f"algorithms/{p.stem}.md" not in pages]
     assert not missing, f"scripts without a page in mkdocs.yml's nav: {missing}"
+    # a script's first line points a reader who copied it alone to that page
+    unlinked = [p.name for p in (REPO / "cleanrl").glob("*.py") if f"docs/algorithms/{p.stem}.md" not in p.open().readline()]
+    assert not unlinked, f"scripts whose first line does not name their docs page: {unlinked}"
 
 
 def test_the_readme_is_a_front_page():

@@ -135,13 +135,15 @@ def test_env_snapshot_continues_the_same_episode(env_id):
         import ale_py
 
         gym.register_envs(ale_py)
-    envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * 2)
+    same_step = gym.vector.AutoresetMode.SAME_STEP  # as the scripts make them: no reset pending between two steps
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * 2, autoreset_mode=same_step)
     envs.reset(seed=3)
+    envs.action_space.seed(3)
     actions = [envs.action_space.sample() for _ in range(30)]
     for action in actions[:10]:
         envs.step(action)
     snapshot = run_state.snapshot_envs(envs)
-    restored = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * 2)
+    restored = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * 2, autoreset_mode=same_step)
     restored.reset(seed=99)
     run_state.restore_envs(restored, snapshot)
     for action in actions[10:]:
