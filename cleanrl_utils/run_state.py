@@ -365,9 +365,12 @@ def _is_flax_struct(part) -> bool:
 
 
 def _to_numpy(value):
-    """JAX arrays (a PRNG key, parameters), wherever they sit in a pytree, as numpy arrays on the host."""
+    """JAX arrays (a PRNG key, parameters), wherever they sit in a pytree, as numpy arrays on the host; every other
+    leaf (a torch tensor too, which jax.device_get would turn into numpy) as it is."""
     jax = sys.modules.get("jax")
-    return jax.device_get(value) if jax is not None else value
+    if jax is None:
+        return value
+    return jax.tree_util.tree_map(lambda leaf: np.asarray(leaf) if isinstance(leaf, jax.Array) else leaf, value)
 
 
 def _on_device_of(saved, current):

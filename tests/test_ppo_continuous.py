@@ -428,19 +428,6 @@ def test_learns_inverted_pendulum(script, tmp_path):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_same_seed_same_returns(script, tmp_path):
-    runs = []
-    for name in ["a", "b"]:
-        (tmp_path / name).mkdir()
-        result = run_script(f"{script}.py", *TINY, "--env-id", "InvertedPendulum-v4", "--seed", "7", cwd=tmp_path / name)
-        assert result.returncode == 0, result.stderr[-3000:]
-        runs.append(scalars(only_run_dir(tmp_path / name), "charts/episodic_return"))
-    assert len(runs[0]) > 20
-    assert runs[0] == runs[1]
-
-
-@pytest.mark.e2e
 @pytest.mark.parametrize(
     "script, env_id", [("ppo_continuous_action", "HalfCheetah-v4"), ("rpo_continuous_action", DM_CONTROL_TASK)]
 )

@@ -253,7 +253,7 @@ def test_learns_cartpole(tmp_path, script):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", ["c51.py", "c51_jax.py"])  # the others: their resumed run matches an uninterrupted one
 def test_same_seed_same_returns(tmp_path, script):
     runs = []
     for name in ["a", "b"]:
