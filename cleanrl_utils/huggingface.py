@@ -260,9 +260,9 @@ def main():
         args = saved["args"]
         accumulator = EventAccumulator(str(cli.run_dir), size_guidance={"scalars": 0})
         accumulator.Reload()
-        if "eval/episodic_return" not in accumulator.Tags()["scalars"]:
-            raise ValueError(f"{cli.run_dir}: no eval/episodic_return logged (was it run with --save-model?)")
-        episodic_returns = [event.value for event in accumulator.Scalars("eval/episodic_return")]
+        if "eval/final_episodic_return" not in accumulator.Tags()["scalars"]:
+            raise ValueError(f"{cli.run_dir}: no eval/final_episodic_return logged (was it run with --save-model?)")
+        episodic_returns = [event.value for event in accumulator.Scalars("eval/final_episodic_return")]
         if cli.local_dir is None:
             repo_id = check_upload(cli.hf_entity, args["env_id"], args["exp_name"], args["seed"])
         elif cli.hf_entity is None:  # nothing leaves the machine, so the Hub is not asked who the token's user is

@@ -97,6 +97,21 @@ def lock_run_folder(run_dir: str):
     _held_locks[run_dir] = descriptor
 
 
+def resolve_args(args_class, args, script_file: str):
+    """The Args of a run started with `--config FILE` (the file's values under the flags given now) or continued with
+    `--resume RUN_DIR` (see load_checkpoint), and the checkpoint to continue from (None for a new run)."""
+    if args.config and args.resume:
+        refuse(
+            "--config and --resume together: a resumed run continues with its saved arguments (flags may change its budget)"
+        )
+    if args.resume:
+        return load_checkpoint(args_class, args, script_file)
+    from cleanrl_utils.config import load_config
+
+    values = load_config(args_class, args.config, args.env_id, os.path.basename(script_file))
+    return _parse_again(args_class, args_class(**values)), None
+
+
 def load_checkpoint(args_class, args, script_file: str):
     """`--resume RUN_DIR`: the saved run's Args with the flags given now over them, and its checkpoint. Refuses,
     with exit code 2 and the folder untouched, what a resume cannot continue exactly: a missing or unreadable
@@ -156,12 +171,12 @@ def load_checkpoint(args_class, args, script_file: str):
     return args, checkpoint
 
 
-def _parse_again(args_class, saved_args):
-    """The command line parsed again with the saved run's Args as the defaults, so that only the flags given now
-    override them."""
+def _parse_again(args_class, defaults):
+    """The command line parsed again with `defaults` (a config file's, a saved run's) in place of the script's, so
+    that only the flags given now override them."""
     import tyro
 
-    return tyro.cli(args_class, default=saved_args)
+    return tyro.cli(args_class, default=defaults)
 
 
 def snapshot_envs(envs: gym.vector.SyncVectorEnv) -> bytes | None:
@@ -210,19 +225,29 @@ def restore_envs(envs: gym.vector.SyncVectorEnv, snapshot: bytes):
 
 
 class RunState:
-    """Checkpoints of one run: at every `--checkpoint-interval` steps, on SIGTERM (then exit 143), and when the run
-    ends. Holds the run-folder lock while the run lives."""
+    """What runs beside a script's training loop: checkpoints (at every `--checkpoint-interval` steps, on SIGTERM, then
+    exit 143, and when the run ends, holding the run-folder lock while the run lives), the evaluations of
+    `--eval-interval`, and with `--save-model` the final model and its evaluation.
 
-    def __init__(self, run_dir: str, args, writer, checkpoint: dict | None = None):
-        self.run_dir, self.args, self.writer = run_dir, args, writer
+    `evaluate(model_path, seed, video=False) -> returns` is the script's own: it saves the model at
+    `model_path` as enjoy loads it and plays `--eval-episodes` episodes with the script's evaluator (greedy or
+    deterministic, normalization statistics frozen). Evaluations during training run on their own env with their own
+    seed (the same episodes each time, so two evaluations compare policies, not draws), and the global RNGs are put
+    back afterwards: a seeded run learns the same with or without them."""
+
+    def __init__(self, run_dir: str, args, writer, checkpoint: dict | None = None, evaluate=None):
+        self.run_dir, self.args, self.writer, self.evaluate = run_dir, args, writer, evaluate
         self.path, self.previous = os.path.join(run_dir, CHECKPOINT), os.path.join(run_dir, PREVIOUS)
         self.script = os.path.basename(sys.argv[0])
         self.checkpoint = checkpoint
-        self.saved_step = checkpoint["global_step"] if checkpoint else 0
-        lock_run_folder(run_dir)
-        # Slurm and spot instances send SIGTERM before they kill: finish the iteration, checkpoint, exit 143
+        self.saved_step = self.evaluated_step = checkpoint["global_step"] if checkpoint else 0
+        self.best_return = checkpoint.get("best_eval_return", -math.inf) if checkpoint else -math.inf
+        self.checkpointing = bool(args.checkpoint_interval or checkpoint)
         self.stop_requested = threading.Event()
-        signal.signal(signal.SIGTERM, lambda signum, frame: self.stop_requested.set())
+        if self.checkpointing:
+            lock_run_folder(run_dir)
+            # Slurm and spot instances send SIGTERM before they kill: finish the iteration, checkpoint, exit 143
+            signal.signal(signal.SIGTERM, lambda signum, frame: self.stop_requested.set())
 
     def restore(self, state: dict) -> dict:
         """Load a resumed checkpoint into the objects of `state` (the script's checkpoint dict, freshly built) and
@@ -259,12 +284,7 @@ class RunState:
             for part in state.values():  # a frame replay buffer ends the episodes it holds where the new games start
                 if hasattr(part, "cut_episodes"):
                     part.cut_episodes()
-        rng = self.checkpoint["rng"]
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"])
-        if rng["cuda"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        _set_global_rngs(self.checkpoint["rng"])
         return values
 
     def refill(self, global_step: int, steps: int) -> int:
@@ -275,9 +295,12 @@ class RunState:
         return global_step + steps
 
     def step(self, global_step: int, checkpoint_state):
-        """Call once per iteration: checkpoints when the interval is crossed, and on SIGTERM checkpoints and exits
-        with code 143 (128 + SIGTERM, what schedulers read as 'terminated')."""
-        interval = self.args.checkpoint_interval
+        """Call once per iteration: evaluates when `--eval-interval` is crossed, checkpoints when
+        `--checkpoint-interval` is, and on SIGTERM checkpoints and exits with code 143 (128 + SIGTERM, what schedulers
+        read as 'terminated')."""
+        eval_interval, interval = self.args.eval_interval, self.args.checkpoint_interval
+        if eval_interval and global_step // eval_interval > self.evaluated_step // eval_interval:
+            self.evaluate_during_training(global_step)
         if interval and global_step // interval > self.saved_step // interval or self.stop_requested.is_set():
             self.save(global_step, checkpoint_state(), finished=False)
         if self.stop_requested.is_set():
@@ -288,9 +311,44 @@ class RunState:
                     part.close()
             sys.exit(128 + signal.SIGTERM)
 
-    def finish(self, global_step: int, checkpoint_state):
-        """The checkpoint of a run that reached its budget: `--resume` with a larger one continues from here."""
-        self.save(global_step, checkpoint_state(), finished=True)
+    def finish(self, global_step: int, checkpoint_state) -> list[float] | None:
+        """The end of a run: its checkpoint (`--resume` with a larger budget continues from there), then with
+        `--save-model` the model, evaluated on episodes the run never saw: their returns."""
+        if self.checkpointing:
+            self.save(global_step, checkpoint_state(), finished=True)
+        if not self.args.save_model:
+            return None
+        episodic_returns = self.evaluate(
+            f"{self.run_dir}/{self.args.exp_name}.cleanrl_model", self.args.seed + 100_000, self.args.capture_video
+        )
+        for episode, episodic_return in enumerate(episodic_returns):  # each episode, for the model card
+            self.writer.add_scalar("eval/final_episodic_return", episodic_return, episode)
+        self._log_evaluation(global_step, episodic_returns, "final evaluation")
+        return episodic_returns
+
+    def evaluate_during_training(self, global_step: int):
+        """One evaluation of the policy as it is now, logged at the training step; with --save-model, a policy that
+        beats every earlier evaluation is kept as `{exp_name}.best.cleanrl_model`."""
+        model_path = os.path.join(self.run_dir, f"{self.args.exp_name}.evaluated.cleanrl_model")
+        rngs = _global_rngs()
+        try:
+            episodic_returns = self.evaluate(model_path, self.args.seed + 200_000)
+        finally:
+            _set_global_rngs(rngs)
+        mean = float(np.mean(episodic_returns))
+        if self.args.save_model and mean > self.best_return:
+            os.replace(model_path, os.path.join(self.run_dir, f"{self.args.exp_name}.best.cleanrl_model"))
+        elif os.path.exists(model_path):
+            os.remove(model_path)
+        self.best_return = max(self.best_return, mean)
+        self.evaluated_step = global_step
+        self._log_evaluation(global_step, episodic_returns, f"evaluation at step {global_step}")
+
+    def _log_evaluation(self, global_step: int, episodic_returns: list[float], what: str):
+        mean, std = float(np.mean(episodic_returns)), float(np.std(episodic_returns))
+        self.writer.add_scalar("eval/episodic_return", mean, global_step)
+        self.writer.add_scalar("eval/episodic_return_std", std, global_step)
+        print(f"{what}: {mean:.1f} +- {std:.1f} over {len(episodic_returns)} episodes", flush=True)
 
     def save(self, global_step: int, state: dict, finished: bool):
         """Write the checkpoint atomically (a temporary file, then os.replace): a reader sees the old checkpoint or
@@ -308,12 +366,8 @@ class RunState:
             "global_step": global_step,
             "finished": finished,
             "wandb_run_id": wandb.run.id if (wandb := sys.modules.get("wandb")) and wandb.run else None,
-            "rng": {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
-            },
+            "rng": _global_rngs(),
+            "best_eval_return": self.best_return,
             "state": stored,
         }
         self.writer.flush()  # the logged points up to this checkpoint are on disk before it is
@@ -339,6 +393,23 @@ class RunState:
             if os.path.exists(path):
                 return f"the previous checkpoint {path} (step {self.saved_step}) is intact"
         return "no earlier checkpoint exists"
+
+
+def _global_rngs() -> dict:
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
+    }
+
+
+def _set_global_rngs(rng: dict):
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
 
 
 def _stored(part):

@@ -161,10 +161,25 @@ def run_with_every_flag(script: str, flags: list[str], tmp_path: pathlib.Path) -
     return run_dir
 
 
-def check_enjoy_replays_the_evaluation(run_dir: pathlib.Path, tmp_path: pathlib.Path, games: int = 3):
+def check_evaluations(run_dir: pathlib.Path, eval_interval: int, eval_episodes: int, total_steps: int):
+    """A run made with --eval-interval, --eval-episodes and --save-model: it logged the mean and spread of an evaluation
+    at each crossing of the interval (at the step of the iteration that crossed it) and of its final one at the last
+    step, kept the best evaluated model beside the final one, and logged the final evaluation's episodes one by one."""
+    steps = [step for step, _ in scalars(run_dir, "eval/episodic_return")]
+    assert len(steps) >= 3 and steps[:-1] == sorted(set(steps[:-1])), steps
+    assert [step // eval_interval for step in steps[:-1]] == list(range(1, len(steps))), (steps, eval_interval)
+    assert steps[-1] == total_steps, (steps, total_steps)
+    assert len(scalars(run_dir, "eval/episodic_return_std")) == len(steps)
+    assert len(scalars(run_dir, "eval/final_episodic_return")) == eval_episodes
+    exp_name = run_dir.name.split("__")[1]
+    assert (run_dir / f"{exp_name}.best.cleanrl_model").stat().st_size > 0
+    assert not list(run_dir.glob("*.evaluated.cleanrl_model")), "an evaluation left its temporary model behind"
+
+
+def check_enjoy_replays_the_evaluation(run_dir: pathlib.Path, tmp_path: pathlib.Path, games: int = 2):
     """enjoy, given the run's evaluation seed (the run's seed 1 + 100000), loads the very weights saved and replays the
-    games of the run's own evaluation."""
-    eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
+    games of the run's own final evaluation."""
+    eval_returns = [value for _, value in scalars(run_dir, "eval/final_episodic_return")]
     model = run_dir / f"{run_dir.name.split('__')[1]}.cleanrl_model"
     result = run_utility("enjoy", "--model-path", str(model), "--seed", "100001", "--eval-episodes", str(games), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,13 +1,17 @@
 """The value-based family on classic control, cleanrl/dqn.py, cleanrl/c51.py and cleanrl/pqn.py: their pure pieces by
 hand, the replay buffer across resets, and for each script smoke, learning, determinism, resume and bad inputs."""
 
+import json
+
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from helpers import (
     assert_clean_failure,
+    assert_same_model,
     check_bad_input_in_process,
+    check_evaluations,
     check_killed_run_resumes_to_the_same_weights,
     check_sigterm_checkpoints_and_resumes,
     checkpoint_files,
@@ -206,6 +210,7 @@ def test_replay_buffer_holds_real_transitions_across_resets(script):
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_with_every_flag(tmp_path, script):
     flags = [*SHORT[script], "--capture-video", "--save-model", "--track", "--checkpoint-interval", "1000"]
+    flags += ["--eval-interval", "600", "--eval-episodes", "2"]
     result = run_script(script, *flags, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
@@ -228,8 +233,7 @@ def test_smoke_with_every_flag(tmp_path, script):
         loss_tag,
     ]:
         assert tag in tags, tag
-    eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
-    assert len(eval_returns) == 10 and all(r >= 1 for r in eval_returns)
+    check_evaluations(run_dir, 600, 2, checkpoint["global_step"])
 
 
 @pytest.mark.e2e
@@ -254,15 +258,27 @@ def test_learns_cartpole(tmp_path, script):
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("script", ["c51.py", "c51_jax.py"])  # the others: their resumed run matches an uninterrupted one
-def test_same_seed_same_returns(tmp_path, script):
-    runs = []
-    for name in ["a", "b"]:
-        (tmp_path / name).mkdir()
-        result = run_script(script, *SHORT[script], "--seed", "7", cwd=tmp_path / name)
-        assert result.returncode == 0, result.stderr[-3000:]
-        runs.append(scalars(only_run_dir(tmp_path / name), "charts/episodic_return"))
-    assert len(runs[0]) > 20
-    assert runs[0] == runs[1]
+def test_same_seed_same_run_with_evaluations_and_a_config_file(tmp_path, script):
+    """Two runs of one seed learn identically, though the second takes its hyperparameters from a --config file
+    (flags on the command line winning over it) and evaluates every 500 steps: evaluation does not touch training."""
+    (tmp_path / "a").mkdir()
+    result = run_script(script, *SHORT[script], "--seed", "7", "--save-model", "--eval-episodes", "2", cwd=tmp_path / "a")
+    assert result.returncode == 0, result.stderr[-3000:]
+    config = tmp_path / "b" / "config.yaml"
+    config.parent.mkdir()
+    # the file sets two of SHORT's values and a budget that the command line's overrides
+    config.write_text("learning_starts: 500\nbuffer-size: 1000\ntotal_timesteps: 99999\nseed: 7\n")
+    flags = ["--config", "config.yaml", "--total-timesteps", "2000", "--batch-size", "32", "--save-model"]
+    result = run_script(script, *flags, "--eval-episodes", "2", "--eval-interval", "500", cwd=tmp_path / "b")
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_a, run_b = only_run_dir(tmp_path / "a"), only_run_dir(tmp_path / "b")
+    assert len(scalars(run_a, "charts/episodic_return")) > 20
+    assert scalars(run_a, "charts/episodic_return") == scalars(run_b, "charts/episodic_return")
+    model = f"{script[: -len('.py')]}.cleanrl_model"
+    assert_same_model(run_a / model, run_b / model)
+    assert len(scalars(run_b, "eval/episodic_return")) == 5  # at steps 500, 1000, 1500, 2000, then the final model
+    saved = json.loads((run_b / "args.json").read_text())["args"]
+    assert (saved["total_timesteps"], saved["learning_starts"], saved["buffer_size"]) == (2000, 500, 1000)
 
 
 # the three kinds of checkpoint of the family: torch with its replay buffer, flax's state dict with its replay buffer,

@@ -19,7 +19,6 @@ def evaluate(
     epsilon: float = 0.05,
     capture_video: bool = True,
     seed: int = 0,
-    writer=None,
 ) -> list[float]:
     """Returns the undiscounted return of each of `eval_episodes` full episodes, acting greedily on the expected
     return of each action's distribution with probability 1 - epsilon."""
@@ -35,6 +34,4 @@ def evaluate(
             actions, _ = q_network.get_action(torch.as_tensor(obs, dtype=torch.float32, device=device))
         return actions.cpu().numpy()
 
-    return play_episodes(
-        envs, epsilon_greedy(greedy, epsilon, envs.single_action_space.n, seed), eval_episodes, seed, writer=writer
-    )
+    return play_episodes(envs, epsilon_greedy(greedy, epsilon, envs.single_action_space.n, seed), eval_episodes, seed)

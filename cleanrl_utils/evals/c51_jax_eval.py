@@ -21,7 +21,6 @@ def evaluate(
     epsilon: float = 0.05,
     capture_video: bool = True,
     seed: int = 0,
-    writer=None,
 ) -> list[float]:
     """Returns the undiscounted return of each of `eval_episodes` full episodes, acting greedily on the expected
     return of each action's distribution with probability 1 - epsilon."""
@@ -40,6 +39,4 @@ def evaluate(
     def greedy(obs):
         return np.asarray(greedy_actions(params, obs.astype(np.float32)))
 
-    return play_episodes(
-        envs, epsilon_greedy(greedy, epsilon, envs.single_action_space.n, seed), eval_episodes, seed, writer=writer
-    )
+    return play_episodes(envs, epsilon_greedy(greedy, epsilon, envs.single_action_space.n, seed), eval_episodes, seed)

@@ -18,14 +18,12 @@ def play_episodes(
     eval_episodes: int,
     seed: int,
     episode_ended: Callable | None = None,
-    writer=None,
 ) -> list[float]:
     """Step `envs` with `act(obs) -> actions` until RecordEpisodeStatistics has reported `eval_episodes` episodes;
     their undiscounted returns. An episode end it does not report does not count: a wrapper above it may end episodes
     early (the Atari scripts' EpisodicLifeEnv ends one at each lost life; the statistics cover the whole game).
     `episode_ended(mask)`, if given, hears after each step which envs' episodes ended (a recurrent policy resets its
-    state there). With a TensorBoard `writer` (a script's final evaluation), each return is logged as
-    `eval/episodic_return` at the episode's index and their mean and spread are printed."""
+    state there)."""
     obs, _ = envs.reset(seed=seed)
     episodic_returns = []
     while len(episodic_returns) < eval_episodes:
@@ -36,12 +34,7 @@ def play_episodes(
             for i in np.flatnonzero(infos["final_info"].get("_episode", [])):
                 episodic_returns.append(float(infos["final_info"]["episode"]["r"][i]))
     envs.close()
-    episodic_returns = episodic_returns[:eval_episodes]
-    if writer is not None:
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
-        print(f"evaluation over {eval_episodes} episodes: {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f}")
-    return episodic_returns
+    return episodic_returns[:eval_episodes]
 
 
 def epsilon_greedy(greedy: Callable, epsilon: float, n_actions: int, seed: int) -> Callable:

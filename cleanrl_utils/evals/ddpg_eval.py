@@ -24,7 +24,6 @@ def evaluate(
     device: torch.device | str = "cpu",
     capture_video: bool = True,
     seed: int = 0,
-    writer=None,
 ) -> list[float]:
     """Returns the undiscounted return of each of `eval_episodes` full episodes, acting with the saved actor's action
     (already rescaled to the env's bounds)."""
@@ -38,4 +37,4 @@ def evaluate(
             actions = actor(torch.as_tensor(obs, dtype=torch.float32, device=device))
         return actions.cpu().numpy().reshape(envs.action_space.shape)
 
-    return play_episodes(envs, act, eval_episodes, seed, writer=writer)
+    return play_episodes(envs, act, eval_episodes, seed)

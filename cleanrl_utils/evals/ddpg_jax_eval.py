@@ -43,7 +43,6 @@ def evaluate(
     Model: type,
     capture_video: bool = True,
     seed: int = 0,
-    writer=None,
 ) -> list[float]:
     """Returns the undiscounted return of each of `eval_episodes` full episodes, acting with the saved actor's action
     (already rescaled to the env's bounds)."""
@@ -54,4 +53,4 @@ def evaluate(
     def act(obs):
         return np.asarray(actor_fn(params, obs.astype(np.float32))).reshape(envs.action_space.shape)
 
-    return play_episodes(envs, act, eval_episodes, seed, writer=writer)
+    return play_episodes(envs, act, eval_episodes, seed)

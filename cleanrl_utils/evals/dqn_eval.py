@@ -19,7 +19,6 @@ def evaluate(
     epsilon: float = 0.05,
     capture_video: bool = True,
     seed: int = 0,
-    writer=None,
 ) -> list[float]:
     """Returns the undiscounted return of each of `eval_episodes` full episodes, acting greedily on the saved
     Q-network with probability 1 - epsilon."""
@@ -33,6 +32,4 @@ def evaluate(
             q_values = q_network(torch.as_tensor(obs, dtype=torch.float32, device=device))
         return q_values.argmax(dim=1).cpu().numpy()
 
-    return play_episodes(
-        envs, epsilon_greedy(greedy, epsilon, envs.single_action_space.n, seed), eval_episodes, seed, writer=writer
-    )
+    return play_episodes(envs, epsilon_greedy(greedy, epsilon, envs.single_action_space.n, seed), eval_episodes, seed)

@@ -20,7 +20,6 @@ def evaluate(
     epsilon: float = 0.05,
     capture_video: bool = True,
     seed: int = 0,
-    writer=None,
 ) -> list[float]:
     """Returns the undiscounted return of each of `eval_episodes` full episodes, acting greedily on the saved
     Q-network with probability 1 - epsilon."""
@@ -34,6 +33,4 @@ def evaluate(
     def greedy(obs):
         return np.asarray(q_values_fn(params, obs.astype(np.float32)).argmax(axis=1))
 
-    return play_episodes(
-        envs, epsilon_greedy(greedy, epsilon, envs.single_action_space.n, seed), eval_episodes, seed, writer=writer
-    )
+    return play_episodes(envs, epsilon_greedy(greedy, epsilon, envs.single_action_space.n, seed), eval_episodes, seed)

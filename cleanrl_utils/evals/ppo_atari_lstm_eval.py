@@ -18,7 +18,6 @@ def evaluate(
     device: torch.device | str = "cpu",
     capture_video: bool = True,
     seed: int = 0,
-    writer=None,
 ) -> list[float]:
     """Returns the undiscounted return of each of `eval_episodes` whole games, acting with the saved policy. The LSTM
     state is carried from step to step and zeroed where an episode (a life) ended, as in training."""
@@ -40,4 +39,4 @@ def evaluate(
     def episode_ended(mask):  # where a life ended, the next step starts from a zero state, as in training
         recurrent["done"] = torch.as_tensor(mask, dtype=torch.float32, device=device)
 
-    return play_episodes(envs, act, eval_episodes, seed, episode_ended, writer=writer)
+    return play_episodes(envs, act, eval_episodes, seed, episode_ended)

@@ -19,7 +19,6 @@ def evaluate(
     device: torch.device | str = "cpu",
     capture_video: bool = True,
     seed: int = 0,
-    writer=None,
 ) -> list[float]:
     """Returns the undiscounted return of each of `eval_episodes` full episodes. The policy acts with the mean of its
     Gaussian (the usual evaluation of a Gaussian policy), on observations normalized with the statistics saved with
@@ -39,4 +38,4 @@ def evaluate(
             action = agent.actor_mean(torch.as_tensor(normalized, device=device)).cpu().numpy()
         return agent.env_action(action)  # rescaled to the env's bounds and clipped, as in training
 
-    return play_episodes(envs, act, eval_episodes, seed, writer=writer)
+    return play_episodes(envs, act, eval_episodes, seed)

@@ -18,7 +18,6 @@ def evaluate(
     device: torch.device | str = "cpu",
     capture_video: bool = True,
     seed: int = 0,
-    writer=None,
 ) -> list[float]:
     """Returns the undiscounted return of each of `eval_episodes` full episodes, acting with the saved policy."""
     torch.manual_seed(seed)  # the policy samples its actions: the same seed replays the same episodes
@@ -31,4 +30,4 @@ def evaluate(
         with torch.no_grad():
             return agent.get_action(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
 
-    return play_episodes(envs, act, eval_episodes, seed, writer=writer)
+    return play_episodes(envs, act, eval_episodes, seed)

@@ -18,7 +18,6 @@ def evaluate(
     device: torch.device | str = "cpu",
     capture_video: bool = True,
     seed: int = 0,
-    writer=None,
 ) -> list[float]:
     """Returns the undiscounted return of each of `eval_episodes` full games. The network stays in training mode on
     purpose: its noise is the policy's only randomness (Rainbow has no epsilon), so the games are those of the trained
@@ -36,4 +35,4 @@ def evaluate(
             actions, _ = q_network.get_action(torch.as_tensor(obs, dtype=torch.float32, device=device))
         return actions.cpu().numpy()
 
-    return play_episodes(envs, act, eval_episodes, seed, writer=writer)
+    return play_episodes(envs, act, eval_episodes, seed)

@@ -23,7 +23,6 @@ def evaluate(
     device: torch.device | str = "cpu",
     capture_video: bool = True,
     seed: int = 0,
-    writer=None,
 ) -> list[float]:
     """Returns the undiscounted score of each of `eval_episodes` whole games (all lives), each action drawn from the
     saved actor's softmax over its logits."""
@@ -39,4 +38,4 @@ def evaluate(
             actions = torch.multinomial(torch.softmax(logits, dim=1), 1, generator=generator).squeeze(1)
         return actions.cpu().numpy()
 
-    return play_episodes(envs, act, eval_episodes, seed, writer=writer)
+    return play_episodes(envs, act, eval_episodes, seed)

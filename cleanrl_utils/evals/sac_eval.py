@@ -19,7 +19,6 @@ def evaluate(
     device: torch.device | str = "cpu",
     capture_video: bool = True,
     seed: int = 0,
-    writer=None,
 ) -> list[float]:
     """Returns the undiscounted return of each of `eval_episodes` full episodes, acting with the saved actor's mean
     action (no sampling: the evaluation is deterministic, as in the SAC paper's evaluation)."""
@@ -34,4 +33,4 @@ def evaluate(
             actions = torch.tanh(mean) * actor.action_scale + actor.action_bias
         return actions.cpu().numpy().reshape(envs.action_space.shape)
 
-    return play_episodes(envs, act, eval_episodes, seed, writer=writer)
+    return play_episodes(envs, act, eval_episodes, seed)

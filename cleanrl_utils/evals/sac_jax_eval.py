@@ -20,7 +20,6 @@ def evaluate(
     Model: type,
     capture_video: bool = True,
     seed: int = 0,
-    writer=None,
 ) -> list[float]:
     """Returns the undiscounted return of each of `eval_episodes` full episodes, acting with the saved actor's mean
     action (no sampling: the evaluation is deterministic, as in the SAC paper's evaluation)."""
@@ -35,4 +34,4 @@ def evaluate(
     def act(obs):
         return np.asarray(deterministic_action(params, obs.astype(np.float32))).reshape(envs.action_space.shape)
 
-    return play_episodes(envs, act, eval_episodes, seed, writer=writer)
+    return play_episodes(envs, act, eval_episodes, seed)
