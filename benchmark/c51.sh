@@ -7,4 +7,4 @@
 #   uv run python -m cleanrl_utils.plot --runs runs --exp-names c51 --env-ids CartPole-v1 Acrobot-v1 --output benchmark/results/c51
 set -euo pipefail
 cd "$(dirname "$0")/.."
-uv run python -m cleanrl_utils.benchmark --env-ids CartPole-v1 Acrobot-v1 --command "python cleanrl/c51.py" --num-seeds 3 --workers 2 "$@"
+uv run python -m cleanrl_utils.benchmark --env-ids CartPole-v1 Acrobot-v1 --command "python cleanrl/c51.py --config benchmark/configs/c51.yaml" --num-seeds 3 --workers 2 "$@"

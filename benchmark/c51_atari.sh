@@ -8,4 +8,4 @@
 #   uv run python -m cleanrl_utils.plot --runs runs --exp-names c51_atari --env-ids PongNoFrameskip-v4 BeamRiderNoFrameskip-v4 BreakoutNoFrameskip-v4 --output benchmark/results/c51_atari
 set -euo pipefail
 cd "$(dirname "$0")/.."
-uv run python -m cleanrl_utils.benchmark --env-ids PongNoFrameskip-v4 BeamRiderNoFrameskip-v4 BreakoutNoFrameskip-v4 --command "python cleanrl/c51_atari.py" --num-seeds 3 --workers 1 "$@"
+uv run python -m cleanrl_utils.benchmark --env-ids PongNoFrameskip-v4 BeamRiderNoFrameskip-v4 BreakoutNoFrameskip-v4 --command "python cleanrl/c51_atari.py --config benchmark/configs/c51_atari.yaml" --num-seeds 3 --workers 1 "$@"

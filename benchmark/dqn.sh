@@ -7,4 +7,4 @@
 #   uv run python -m cleanrl_utils.plot --runs runs --exp-names dqn --env-ids CartPole-v1 Acrobot-v1 --output benchmark/results/dqn
 set -euo pipefail
 cd "$(dirname "$0")/.."
-uv run python -m cleanrl_utils.benchmark --env-ids CartPole-v1 Acrobot-v1 --command "python cleanrl/dqn.py" --num-seeds 3 --workers 2 "$@"
+uv run python -m cleanrl_utils.benchmark --env-ids CartPole-v1 Acrobot-v1 --command "python cleanrl/dqn.py --config benchmark/configs/dqn.yaml" --num-seeds 3 --workers 2 "$@"

@@ -8,4 +8,4 @@
 #   uv run python -m cleanrl_utils.plot --runs runs --exp-names dqn_atari_jax --env-ids PongNoFrameskip-v4 BeamRiderNoFrameskip-v4 BreakoutNoFrameskip-v4 --output benchmark/results/dqn_atari_jax
 set -euo pipefail
 cd "$(dirname "$0")/.."
-uv run python -m cleanrl_utils.benchmark --env-ids PongNoFrameskip-v4 BeamRiderNoFrameskip-v4 BreakoutNoFrameskip-v4 --command "python cleanrl/dqn_atari_jax.py" --num-seeds 3 --workers 1 "$@"
+uv run python -m cleanrl_utils.benchmark --env-ids PongNoFrameskip-v4 BeamRiderNoFrameskip-v4 BreakoutNoFrameskip-v4 --command "python cleanrl/dqn_atari_jax.py --config benchmark/configs/dqn_atari_jax.yaml" --num-seeds 3 --workers 1 "$@"

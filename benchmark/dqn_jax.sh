@@ -7,4 +7,4 @@
 #   uv run python -m cleanrl_utils.plot --runs runs --exp-names dqn_jax --env-ids CartPole-v1 Acrobot-v1 --output benchmark/results/dqn_jax
 set -euo pipefail
 cd "$(dirname "$0")/.."
-uv run python -m cleanrl_utils.benchmark --env-ids CartPole-v1 Acrobot-v1 --command "python cleanrl/dqn_jax.py" --num-seeds 3 --workers 2 "$@"
+uv run python -m cleanrl_utils.benchmark --env-ids CartPole-v1 Acrobot-v1 --command "python cleanrl/dqn_jax.py --config benchmark/configs/dqn_jax.yaml" --num-seeds 3 --workers 2 "$@"

@@ -7,4 +7,4 @@
 #   uv run python -m cleanrl_utils.plot --runs runs --exp-names ppo --env-ids CartPole-v1 Acrobot-v1 MountainCar-v0 --output benchmark/results/ppo
 set -euo pipefail
 cd "$(dirname "$0")/.."
-uv run python -m cleanrl_utils.benchmark --env-ids CartPole-v1 Acrobot-v1 MountainCar-v0 --command "python cleanrl/ppo.py" --num-seeds 3 --workers 2 "$@"
+uv run python -m cleanrl_utils.benchmark --env-ids CartPole-v1 Acrobot-v1 MountainCar-v0 --command "python cleanrl/ppo.py --config benchmark/configs/ppo.yaml" --num-seeds 3 --workers 2 "$@"

@@ -8,4 +8,4 @@
 #   uv run python -m cleanrl_utils.plot --runs runs --exp-names ppo_atari_lstm --env-ids PongNoFrameskip-v4 BeamRiderNoFrameskip-v4 BreakoutNoFrameskip-v4 --output benchmark/results/ppo_atari_lstm
 set -euo pipefail
 cd "$(dirname "$0")/.."
-uv run python -m cleanrl_utils.benchmark --env-ids PongNoFrameskip-v4 BeamRiderNoFrameskip-v4 BreakoutNoFrameskip-v4 --command "python cleanrl/ppo_atari_lstm.py" --num-seeds 3 --workers 1 "$@"
+uv run python -m cleanrl_utils.benchmark --env-ids PongNoFrameskip-v4 BeamRiderNoFrameskip-v4 BreakoutNoFrameskip-v4 --command "python cleanrl/ppo_atari_lstm.py --config benchmark/configs/ppo_atari_lstm.yaml" --num-seeds 3 --workers 1 "$@"

@@ -7,4 +7,4 @@
 #   uv run python -m cleanrl_utils.plot --runs runs --exp-names pqn --env-ids CartPole-v1 Acrobot-v1 --output benchmark/results/pqn
 set -euo pipefail
 cd "$(dirname "$0")/.."
-uv run python -m cleanrl_utils.benchmark --env-ids CartPole-v1 Acrobot-v1 --command "python cleanrl/pqn.py" --num-seeds 3 --workers 2 "$@"
+uv run python -m cleanrl_utils.benchmark --env-ids CartPole-v1 Acrobot-v1 --command "python cleanrl/pqn.py --config benchmark/configs/pqn.yaml" --num-seeds 3 --workers 2 "$@"

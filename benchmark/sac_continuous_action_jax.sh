@@ -8,4 +8,4 @@
 #   uv run python -m cleanrl_utils.plot --runs runs --exp-names sac_continuous_action_jax --env-ids HalfCheetah-v4 Walker2d-v4 Hopper-v4 InvertedPendulum-v4 Humanoid-v4 Pusher-v4 --output benchmark/results/sac_continuous_action_jax
 set -euo pipefail
 cd "$(dirname "$0")/.."
-uv run python -m cleanrl_utils.benchmark --env-ids HalfCheetah-v4 Walker2d-v4 Hopper-v4 InvertedPendulum-v4 Humanoid-v4 Pusher-v4 --command "python cleanrl/sac_continuous_action_jax.py" --num-seeds 3 --workers 2 "$@"
+uv run python -m cleanrl_utils.benchmark --env-ids HalfCheetah-v4 Walker2d-v4 Hopper-v4 InvertedPendulum-v4 Humanoid-v4 Pusher-v4 --command "python cleanrl/sac_continuous_action_jax.py --config benchmark/configs/sac_continuous_action_jax.yaml" --num-seeds 3 --workers 2 "$@"

@@ -8,4 +8,4 @@
 #   uv run python -m cleanrl_utils.plot --runs runs --exp-names td3_continuous_action --env-ids HalfCheetah-v4 Walker2d-v4 Hopper-v4 InvertedPendulum-v4 Humanoid-v4 Pusher-v4 --output benchmark/results/td3_continuous_action
 set -euo pipefail
 cd "$(dirname "$0")/.."
-uv run python -m cleanrl_utils.benchmark --env-ids HalfCheetah-v4 Walker2d-v4 Hopper-v4 InvertedPendulum-v4 Humanoid-v4 Pusher-v4 --command "python cleanrl/td3_continuous_action.py" --num-seeds 3 --workers 2 "$@"
+uv run python -m cleanrl_utils.benchmark --env-ids HalfCheetah-v4 Walker2d-v4 Hopper-v4 InvertedPendulum-v4 Humanoid-v4 Pusher-v4 --command "python cleanrl/td3_continuous_action.py --config benchmark/configs/td3_continuous_action.yaml" --num-seeds 3 --workers 2 "$@"

@@ -66,7 +66,7 @@ class Args:
     capture_video: bool = False
     """whether to capture videos of the agent performances (check out `videos` folder)"""
     save_model: bool = False
-    """whether to save the model into `runs/{run_name}` and evaluate it for 10 games"""
+    """whether to save the model into `runs/{run_name}` and evaluate it for `--eval-episodes` games"""
     upload_model: bool = False
     """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
     hf_entity: str | None = None
@@ -81,6 +81,12 @@ class Args:
     """whether checkpoints hold the replay buffer too (else a resumed run refills it for `--learning-starts` steps)"""
     resume: str | None = None
     """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
+    eval_interval: int = 0
+    """environment steps between evaluations, logged as `eval/episodic_return` (0 = off; needs cleanrl_utils)"""
+    eval_episodes: int = 10
+    """the episodes of each evaluation (`--eval-interval`'s and `--save-model`'s)"""
+    config: str | None = None
+    """a YAML file (flat, or one section per env id) or a run's args.json setting the defaults; flags given win"""
 
 
 def fail(message: str):
@@ -153,10 +159,11 @@ def real_next_observations(next_obs, infos):
 
 def check_args(args):
     """Every check of the flags, before heavy work: a bad input ends with one line naming the flag, exit code 2."""
-    for flag in ["total_timesteps", "num_envs", "buffer_size", "batch_size", "target_network_frequency", "train_frequency"]:
+    positive = ["total_timesteps", "num_envs", "buffer_size", "batch_size", "target_network_frequency", "train_frequency"]
+    for flag in positive + ["eval_episodes"]:
         if getattr(args, flag) <= 0:
             fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    for flag in ["checkpoint_interval", "learning_starts"]:
+    for flag in ["checkpoint_interval", "learning_starts", "eval_interval"]:
         if getattr(args, flag) < 0:
             fail(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
     if not 0 <= args.seed < 2**32:
@@ -182,10 +189,10 @@ def check_args(args):
 if __name__ == "__main__":
     args = tyro.cli(Args)
     checkpoint = None
-    if args.resume:  # the saved run's args under the flags given now; refuses (exit 2) what it cannot continue
-        from cleanrl_utils.run_state import load_checkpoint
+    if args.config or args.resume:  # the file's or the saved run's args under the flags given now (exit 2 on a misfit)
+        from cleanrl_utils.run_state import resolve_args
 
-        args, checkpoint = load_checkpoint(Args, args, __file__)
+        args, checkpoint = resolve_args(Args, args, __file__)
     check_args(args)
     if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import upload_repo_id
@@ -251,11 +258,18 @@ if __name__ == "__main__":
         state = dict(q_state=q_state, envs=envs, obs=obs, rb=rb if args.checkpoint_buffer else None)
         return state | dict(global_step=global_step)
 
+    def save_and_evaluate(model_path, seed, video=False):  # the evaluations of --eval-interval and --save-model
+        with open(model_path, "wb") as f:
+            f.write(flax.serialization.to_bytes(q_state.params))
+        from cleanrl_utils.evals.dqn_jax_eval import evaluate
+
+        return evaluate(model_path, make_env, args.env_id, args.eval_episodes, f"{run_name}-eval", QNetwork, 0.05, video, seed)
+
     run_state = None
-    if args.checkpoint_interval or checkpoint:  # needs cleanrl_utils; a copied script trains without it
+    if args.checkpoint_interval or args.eval_interval or args.save_model or checkpoint:  # needs cleanrl_utils
         from cleanrl_utils.run_state import RunState
 
-        run_state = RunState(run_dir, args, writer, checkpoint)
+        run_state = RunState(run_dir, args, writer, checkpoint, save_and_evaluate)
         if checkpoint:
             saved = run_state.restore(checkpoint_state())
             q_state, global_step, obs = saved["q_state"], saved["global_step"], saved["obs"]
@@ -330,21 +344,11 @@ if __name__ == "__main__":
             run_state.step(global_step, checkpoint_state)
 
     progress.close()
-    if run_state:
-        run_state.finish(global_step, checkpoint_state)
-
     if args.save_model:
         if not all(np.isfinite(leaf).all() for leaf in jax.tree_util.tree_leaves(jax.device_get(q_state.params))):
             sys.exit(f"error: the loss turned non-finite by step {global_step} (the weights hold NaN); no model saved")
-        model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
-        with open(model_path, "wb") as f:
-            f.write(flax.serialization.to_bytes(q_state.params))
-        from cleanrl_utils.evals.dqn_jax_eval import evaluate
-
-        eval_seed = args.seed + 100_000  # episodes the training run never saw
-        episodic_returns = evaluate(
-            model_path, make_env, args.env_id, 10, f"{run_name}-eval", QNetwork, 0.05, args.capture_video, eval_seed, writer
-        )
+    if run_state:  # the final checkpoint (to extend the run), then with --save-model the model and its evaluation
+        episodic_returns = run_state.finish(global_step, checkpoint_state)
 
     envs.close()
     writer.close()

@@ -368,9 +368,8 @@ if __name__ == "__main__":
 
         if not np.isfinite(loss.item()):
             sys.exit(f"error: the loss turned non-finite at step {global_step}; stopping (no model saved)")
-        y_pred, y_true = values.reshape(-1), returns.reshape(-1)
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+        var_y = np.var(returns)  # over the whole rollout
+        explained_var = np.nan if var_y == 0 else 1 - np.var(returns - values) / var_y
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
         sps = int((global_step - start_step) / (time.time() - start_time))

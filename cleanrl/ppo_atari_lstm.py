@@ -72,7 +72,7 @@ class Args:
     capture_video: bool = False
     """whether to capture videos of the agent performances (check out `videos` folder)"""
     save_model: bool = False
-    """whether to save the model into `runs/{run_name}` and evaluate it for 10 episodes"""
+    """whether to save the model into `runs/{run_name}` and evaluate it for `--eval-episodes` episodes"""
     upload_model: bool = False
     """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
     hf_entity: str | None = None
@@ -85,6 +85,12 @@ class Args:
     """environment steps between checkpoints in `runs/{run_name}/checkpoint.pt` (0 = off; needs cleanrl_utils)"""
     resume: str | None = None
     """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
+    eval_interval: int = 0
+    """environment steps between evaluations, logged as `eval/episodic_return` (0 = off; needs cleanrl_utils)"""
+    eval_episodes: int = 10
+    """the episodes of each evaluation (`--eval-interval`'s and `--save-model`'s)"""
+    config: str | None = None
+    """a YAML file (flat, or one section per env id) or a run's args.json setting the defaults; flags given win"""
 
 
 def fail(message: str):
@@ -195,11 +201,12 @@ def compute_gae(rewards, values, last_value, final_values, terminations, episode
 
 def check_args(args):
     """Every check of the flags, before heavy work: a bad input ends with one line naming the flag, exit code 2."""
-    for flag in ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]:
+    for flag in ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"]:
         if getattr(args, flag) <= 0:
             fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    if args.checkpoint_interval < 0:
-        fail(f"--checkpoint-interval must be >= 0 (0 = off), got {args.checkpoint_interval}")
+    for flag in ["checkpoint_interval", "eval_interval"]:
+        if getattr(args, flag) < 0:
+            fail(f"--{flag.replace('_', '-')} must be >= 0 (0 = off), got {getattr(args, flag)}")
     if not 0 <= args.seed < 2**32:
         fail(f"--seed must be in [0, 2**32) (numpy's seed range), got {args.seed}")
     if args.num_envs % args.num_minibatches:
@@ -218,10 +225,10 @@ def check_args(args):
 if __name__ == "__main__":
     args = tyro.cli(Args)
     checkpoint = None
-    if args.resume:  # the saved run's args under the flags given now; refuses (exit 2) what it cannot continue
-        from cleanrl_utils.run_state import load_checkpoint
+    if args.config or args.resume:  # the file's or the saved run's args under the flags given now (exit 2 on a misfit)
+        from cleanrl_utils.run_state import resolve_args
 
-        args, checkpoint = load_checkpoint(Args, args, __file__)
+        args, checkpoint = resolve_args(Args, args, __file__)
     check_args(args)
     if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import upload_repo_id
@@ -281,11 +288,17 @@ if __name__ == "__main__":
         memory = (next_obs, next_lstm_state, next_done)
         return dict(agent=agent, optimizer=optimizer, envs=envs, memory=memory, global_step=global_step)
 
+    def save_and_evaluate(model_path, seed, video=False):  # the evaluations of --eval-interval and --save-model
+        torch.save(agent.state_dict(), model_path)
+        from cleanrl_utils.evals.ppo_atari_lstm_eval import evaluate
+
+        return evaluate(model_path, make_env, args.env_id, args.eval_episodes, f"{run_name}-eval", Agent, device, video, seed)
+
     run_state = None
-    if args.checkpoint_interval or checkpoint:  # needs cleanrl_utils; a copied script trains without it
+    if args.checkpoint_interval or args.eval_interval or args.save_model or checkpoint:  # needs cleanrl_utils
         from cleanrl_utils.run_state import RunState
 
-        run_state = RunState(run_dir, args, writer, checkpoint)
+        run_state = RunState(run_dir, args, writer, checkpoint, save_and_evaluate)
         if checkpoint:
             saved = run_state.restore(checkpoint_state())
             global_step, (next_obs, next_lstm_state, next_done) = saved["global_step"], saved["memory"]
@@ -355,9 +368,8 @@ if __name__ == "__main__":
                 mb_envs = env_inds[start : start + envs_per_batch].to(device)
                 mb_inds = flat_inds[:, mb_envs].reshape(-1)
 
-                mb_state = (initial_lstm_state[0][:, mb_envs], initial_lstm_state[1][:, mb_envs])
-                newlogprob, entropy, newvalue = agent.evaluate_actions(
-                    b_obs[mb_inds], mb_state, b_dones[mb_inds], b_actions[mb_inds]
+                newlogprob, entropy, newvalue = agent.evaluate_actions(  # from the minibatch envs' initial state
+                    b_obs[mb_inds], tuple(s[:, mb_envs] for s in initial_lstm_state), b_dones[mb_inds], b_actions[mb_inds]
                 )
                 logratio = newlogprob - b_logprobs[mb_inds]
                 ratio = logratio.exp()
@@ -399,9 +411,8 @@ if __name__ == "__main__":
 
         if not np.isfinite(loss.item()):
             sys.exit(f"error: the loss turned non-finite at step {global_step}; stopping (no model saved)")
-        y_pred, y_true = values.reshape(-1), returns.reshape(-1)
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+        var_y = np.var(returns)  # over the whole rollout
+        explained_var = np.nan if var_y == 0 else 1 - np.var(returns - values) / var_y
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
         sps = int((global_step - start_step) / (time.time() - start_time))
@@ -425,18 +436,8 @@ if __name__ == "__main__":
             run_state.step(global_step, checkpoint_state)
 
     progress.close()
-    if run_state:
-        run_state.finish(global_step, checkpoint_state)
-
-    if args.save_model:
-        model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
-        torch.save(agent.state_dict(), model_path)
-        from cleanrl_utils.evals.ppo_atari_lstm_eval import evaluate
-
-        eval_seed = args.seed + 100_000  # episodes the training run never saw
-        episodic_returns = evaluate(
-            model_path, make_env, args.env_id, 10, f"{run_name}-eval", Agent, device, args.capture_video, eval_seed, writer
-        )
+    if run_state:  # the final checkpoint (to extend the run), then with --save-model the model and its evaluation
+        episodic_returns = run_state.finish(global_step, checkpoint_state)
 
     envs.close()
     writer.close()

@@ -70,7 +70,7 @@ class Args:
     capture_video: bool = False
     """whether to capture videos of the agent performances (check out `videos` folder)"""
     save_model: bool = False
-    """whether to save the model into `runs/{run_name}` and evaluate it for 10 episodes"""
+    """whether to save the model into `runs/{run_name}` and evaluate it for `--eval-episodes` episodes"""
     upload_model: bool = False
     """whether to upload the saved model, its evaluation and videos to the Hugging Face Hub (with --save-model)"""
     hf_entity: str | None = None
@@ -85,6 +85,12 @@ class Args:
     """whether checkpoints hold the replay buffer too (7.1 GB at 1M frames); without it a resumed run refills it first"""
     resume: str | None = None
     """a run folder (`runs/{run_name}`) to continue from its checkpoint up to `--total-timesteps`"""
+    eval_interval: int = 0
+    """environment steps between evaluations, logged as `eval/episodic_return` (0 = off; needs cleanrl_utils)"""
+    eval_episodes: int = 10
+    """the episodes of each evaluation (`--eval-interval`'s and `--save-model`'s)"""
+    config: str | None = None
+    """a YAML file (flat, or one section per env id) or a run's args.json setting the defaults; flags given win"""
 
 
 def fail(message: str):
@@ -247,10 +253,10 @@ class PrioritizedFrameReplayBuffer(FrameReplayBuffer):
 def check_args(args):
     """Every check of the flags, before heavy work: a bad input ends with one line naming the flag, exit code 2."""
     positive = ["total_timesteps", "num_envs", "buffer_size", "batch_size", "target_network_frequency", "train_frequency"]
-    for flag in [*positive, "n_step"]:
+    for flag in [*positive, "n_step", "eval_episodes"]:
         if getattr(args, flag) <= 0:
             fail(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    for flag in ["checkpoint_interval", "learning_starts"]:
+    for flag in ["checkpoint_interval", "learning_starts", "eval_interval"]:
         if getattr(args, flag) < 0:
             fail(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
     if not 0 <= args.seed < 2**32:
@@ -264,10 +270,8 @@ def check_args(args):
         fail(f"--n-atoms must be at least 2, got {args.n_atoms}")
     if args.v_min >= args.v_max:
         fail(f"--v-min {args.v_min} must be below --v-max {args.v_max}")
-    if args.batch_size > args.buffer_size:
-        fail(f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
-    if args.buffer_size < 16 * args.num_envs:  # a stack needs 5 live frames per env; keep a margin
-        fail(f"--buffer-size {args.buffer_size} is too small: at least 16 frames per env ({16 * args.num_envs})")
+    if args.buffer_size < max(args.batch_size, 16 * args.num_envs):  # a stack needs 5 live frames per env; a margin
+        fail(f"--buffer-size {args.buffer_size} must hold --batch-size {args.batch_size} and 16 frames per env")
     try:
         env = gym.make(args.env_id)  # a `module:EnvName-v0` id imports its module, which registers the env
     except (gym.error.Error, ModuleNotFoundError) as e:
@@ -280,10 +284,10 @@ def check_args(args):
 if __name__ == "__main__":
     args = tyro.cli(Args)
     checkpoint = None
-    if args.resume:  # the saved run's args under the flags given now; refuses (exit 2) what it cannot continue
-        from cleanrl_utils.run_state import load_checkpoint
+    if args.config or args.resume:  # the file's or the saved run's args under the flags given now (exit 2 on a misfit)
+        from cleanrl_utils.run_state import resolve_args
 
-        args, checkpoint = load_checkpoint(Args, args, __file__)
+        args, checkpoint = resolve_args(Args, args, __file__)
     check_args(args)
     if args.upload_model:  # before training: a missing token must not cost a whole run
         from cleanrl_utils.huggingface import upload_repo_id
@@ -338,11 +342,20 @@ if __name__ == "__main__":
         state = dict(q_network=q_network, target_network=target_network, optimizer=optimizer, envs=envs, obs=obs)
         return state | dict(rb=rb if args.checkpoint_buffer else None, global_step=global_step)
 
+    def save_and_evaluate(model_path, seed, video=False):  # the evaluations of --eval-interval and --save-model
+        # the support's size and range go with the weights; the games: greedy under fresh noise, as the agent acts
+        torch.save({"model_weights": q_network.state_dict(), "args": vars(args)}, model_path)
+        from cleanrl_utils.evals.rainbow_eval import evaluate
+
+        return evaluate(
+            model_path, make_env, args.env_id, args.eval_episodes, f"{run_name}-eval", QNetwork, device, video, seed
+        )
+
     run_state = None
-    if args.checkpoint_interval or checkpoint:  # needs cleanrl_utils; a copied script trains without it
+    if args.checkpoint_interval or args.eval_interval or args.save_model or checkpoint:  # needs cleanrl_utils
         from cleanrl_utils.run_state import RunState
 
-        run_state = RunState(run_dir, args, writer, checkpoint)
+        run_state = RunState(run_dir, args, writer, checkpoint, save_and_evaluate)
         if checkpoint:
             saved = run_state.restore(checkpoint_state())
             global_step, obs = saved["global_step"], saved["obs"]
@@ -421,22 +434,10 @@ if __name__ == "__main__":
             run_state.step(global_step, checkpoint_state)
 
     progress.close()
-    if run_state:
-        run_state.finish(global_step, checkpoint_state)
-
-    if args.save_model:
-        if not all(param.isfinite().all() for param in q_network.parameters()):
-            sys.exit(f"error: the loss turned non-finite by step {global_step} (the weights hold NaN); no model saved")
-        model_path = f"{run_dir}/{args.exp_name}.cleanrl_model"
-        # the support's size and range come with the weights: evaluation rebuilds the same network
-        torch.save({"model_weights": q_network.state_dict(), "args": vars(args)}, model_path)
-        from cleanrl_utils.evals.rainbow_eval import evaluate
-
-        # 10 whole games of the agent as it acts: greedy under fresh noise at each step (rainbow_eval.py seeds torch for it)
-        eval_seed = args.seed + 100_000  # episodes the training run never saw
-        episodic_returns = evaluate(
-            model_path, make_env, args.env_id, 10, f"{run_name}-eval", QNetwork, device, args.capture_video, eval_seed, writer
-        )
+    if args.save_model and not all(param.isfinite().all() for param in q_network.parameters()):
+        sys.exit(f"error: the loss turned non-finite by step {global_step} (the weights hold NaN); no model saved")
+    if run_state:  # the final checkpoint (to extend the run), then with --save-model the model and its evaluation
+        episodic_returns = run_state.finish(global_step, checkpoint_state)
 
     envs.close()
     writer.close()

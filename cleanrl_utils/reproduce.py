@@ -26,7 +26,7 @@ import tyro
 CLEANRL_SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "cleanrl"
 # `resume` points at the original run's checkpoint: a reproduction starts from scratch; and it does not overwrite the
 # model the original run published (add `-- --upload-model` to publish it)
-NOT_REPRODUCED = {"resume", "upload_model"}
+NOT_REPRODUCED = {"resume", "upload_model", "config"}
 
 
 def args_to_flags(args: dict) -> list[str]:

@@ -56,7 +56,7 @@ import torch
 CHECKPOINT = "checkpoint.pt"
 PREVIOUS = "checkpoint.prev.pt"
 FORMAT = 2  # the layout of the dict written below; an older one is refused with a clear line
-# the only Args a resumed run may change: its budget and where its outputs go. Any other field shaped the saved state
+# the only Args a resumed run may change: its budget, its evaluations and its outputs. Any other field shaped the saved state
 # (env counts, network and buffer sizes) or the learning it continues, and a change would not continue the same run
 CHANGEABLE_ON_RESUME = {
     "total_timesteps",
@@ -70,6 +70,8 @@ CHANGEABLE_ON_RESUME = {
     "upload_model",
     "hf_entity",
     "cuda",
+    "eval_interval",
+    "eval_episodes",
 }
 
 _held_locks: dict[str, int] = {}  # run folder -> the descriptor whose flock says a live process owns it

@@ -119,6 +119,16 @@ def assert_clean_failure(result: subprocess.CompletedProcess, *expected_fragment
         assert fragment in result.stderr, (fragment, result.stderr)
 
 
+def refused(capsys, call) -> str:
+    """The call ends with exit code 2 and one `error:` line; that line."""
+    with pytest.raises(SystemExit) as exit_info:
+        call()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
 def check_bad_input_in_process(script: str, flags: list[str], fragments: list[str], cwd: pathlib.Path, monkeypatch, capsys):
     """`python cleanrl/<script> <flags>` run in this process (a new one costs seconds of imports per case; each test
     module still runs a bad input as a user would, in a new process): exit code 2, the script's one `error:` line

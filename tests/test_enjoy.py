@@ -39,7 +39,7 @@ def test_dqn_model_plays_the_episodes_its_script_evaluated(saved_models, tmp_pat
     result = run_utility("enjoy", "--model-path", str(model), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "with seed 100007 (the run's own evaluation seed: its --seed 7 + 100000)" in result.stdout
-    logged = [value for _, value in scalars(model.parent, "eval/episodic_return")]
+    logged = [value for _, value in scalars(model.parent, "eval/final_episodic_return")]
     assert len(logged) == 10
     assert played_returns(result.stdout) == logged
     assert f"dqn on CartPole-v1: {np.mean(logged):.2f} +- {np.std(logged):.2f} over 10 episodes" in result.stdout
@@ -121,6 +121,6 @@ def test_continuous_model_plays_the_episodes_its_script_evaluated(tmp_path):
     result = run_utility("enjoy", "--model-path", str(model), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "with seed 100003 (the run's own evaluation seed" in result.stdout
-    logged = [value for _, value in scalars(model.parent, "eval/episodic_return")]
+    logged = [value for _, value in scalars(model.parent, "eval/final_episodic_return")]
     assert len(logged) == 10
     assert played_returns(result.stdout) == pytest.approx(logged, abs=0.05)  # printed with one decimal

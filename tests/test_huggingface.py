@@ -27,7 +27,7 @@ def saved_run(tmp_path_factory):
 
 @pytest.mark.e2e
 def test_repository_files_and_model_card(saved_run, tmp_path):
-    returns = [value for _, value in scalars(saved_run, "eval/episodic_return")]
+    returns = [value for _, value in scalars(saved_run, "eval/final_episodic_return")]
     assert len(returns) == 10
     command = "python cleanrl/ppo.py --total-timesteps 2048 --save-model --capture-video --upload-model"
     folder = tmp_path / "repo"
@@ -71,7 +71,7 @@ def test_publishing_a_finished_run_can_be_previewed_offline(saved_run, tmp_path)
     )
     assert result.returncode == 0, result.stderr[-3000:]
     card = ModelCard.load(tmp_path / "out" / "README.md")
-    returns = [value for _, value in scalars(saved_run, "eval/episodic_return")]
+    returns = [value for _, value in scalars(saved_run, "eval/final_episodic_return")]
     assert card.data.eval_results[0].metric_value == f"{np.mean(returns):.2f} +/- {np.std(returns):.2f}"
     command = next(line for line in card.text.splitlines() if line.startswith("python cleanrl/ppo.py "))
     assert "--exp-name ppo" in command and "--seed 1" in command and "--env-id CartPole-v1" in command
@@ -126,7 +126,7 @@ def test_a_failed_upload_keeps_the_evaluated_model_and_says_how_to_retry(tmp_pat
     assert result.returncode == 1, result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     assert (run_dir / "ppo.cleanrl_model").is_file()
-    assert len(scalars(run_dir, "eval/episodic_return")) == 10, "the upload must come after the evaluation"
+    assert len(scalars(run_dir, "eval/final_episodic_return")) == 10, "the upload must come after the evaluation"
     assert "upload to me/CartPole-v1-ppo-seed1 failed" in result.stderr
     assert f"python -m cleanrl_utils.huggingface {run_dir.relative_to(tmp_path)} --hf-entity me" in result.stderr
     assert "Traceback" not in result.stderr

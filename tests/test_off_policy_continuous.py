@@ -21,6 +21,7 @@ import torch
 from helpers import (
     assert_clean_failure,
     check_bad_input_in_process,
+    check_evaluations,
     check_killed_run_resumes_to_the_same_weights,
     load_checkpoint,
     load_script,
@@ -610,66 +611,73 @@ def test_dm_control_video_renders_without_a_display(tmp_path, script):
 
 # ---------------------------------------------------------------- the scripts, as a user runs them
 
-MUJOCO_SMOKE_ENV = {  # InvertedPendulum's episodes end within a few dozen steps until it learns: cheap to render
-    "ddpg": "InvertedPendulum-v5",
-    "td3": "InvertedPendulum-v4",
-    "sac": "InvertedPendulum-v5",
+# One smoke run a script, the torch and JAX twins of an algorithm on different families: MuJoCo's InvertedPendulum,
+# whose episodes end within a few dozen steps until it learns (cheap to render and to evaluate), or dm_control's
+# cheetah-run, whose 1,000-step episodes take a minute each to render on a CPU: no --capture-video there (see
+# test_dm_control_video_renders_without_a_display)
+SMOKE_ENV = {
+    "ddpg_continuous_action.py": "dm_control/cheetah-run-v0",
+    "ddpg_continuous_action_jax.py": "InvertedPendulum-v5",
+    "td3_continuous_action.py": "InvertedPendulum-v4",
+    "td3_continuous_action_jax.py": "dm_control/cheetah-run-v0",
+    "sac_continuous_action.py": "dm_control/cheetah-run-v0",
+    "sac_continuous_action_jax.py": "InvertedPendulum-v5",
 }
 
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_smoke_mujoco_with_every_flag(tmp_path, script):
-    flags = ["--env-id", MUJOCO_SMOKE_ENV[algorithm(script)], "--total-timesteps", "600", *SHORT]
-    flags += ["--capture-video", "--save-model", "--track", "--checkpoint-interval", "300"]
+def test_smoke_with_every_flag(tmp_path, script):
+    """On dm_control: one whole episode, then learning, and the replay buffer in the checkpoint; SAC runs there with a
+    fixed alpha (--no-autotune), which its other runs do not. On MuJoCo: videos of training and evaluation."""
+    dm_control = SMOKE_ENV[script].startswith("dm_control/")
+    fixed_alpha = dm_control and algorithm(script) == "sac"
+    total, eval_interval = (1100, 500) if dm_control else (600, 250)
+    flags = ["--env-id", SMOKE_ENV[script], "--total-timesteps", str(total), "--batch-size", "32", "--buffer-size", "2000"]
+    flags += ["--save-model", "--track", "--eval-interval", str(eval_interval), "--eval-episodes", "2"]
+    if dm_control:
+        flags += ["--learning-starts", "1000", "--checkpoint-interval", "1100", "--checkpoint-buffer"]
+    else:
+        flags += ["--learning-starts", "200", "--checkpoint-interval", "300", "--capture-video"]
+    if fixed_alpha:
+        flags += ["--no-autotune", "--alpha", "0.1"]
     result = run_script(script, *flags, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
-    videos = {path.parent.name for path in (tmp_path / "videos").rglob("*.mp4")}
-    assert run_dir.name in videos and f"{run_dir.name}-eval" in videos, videos  # training and evaluation episodes
     assert (run_dir / script.replace(".py", ".cleanrl_model")).stat().st_size > 0
+    assert (run_dir / "args.json").exists()
+    assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
     checkpoint = checkpoint_of(run_dir)
-    assert checkpoint["global_step"] == 600 and checkpoint["finished"]
-    assert checkpoint["state"]["rb"] is None  # no --checkpoint-buffer
+    state = checkpoint["state"]
+    assert checkpoint["global_step"] == total and checkpoint["finished"]
     # torch's generator, or the JAX key, travels with the checkpoint
     assert tuple(family(script).rng_state(checkpoint).shape) == family(script).rng_state_shape
-    assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
     tags = scalar_tags(run_dir)
-    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", *LOSS_TAGS[algorithm(script)]]:
+    loss_tags = [tag for tag in LOSS_TAGS[algorithm(script)] if not (fixed_alpha and tag == "losses/alpha_loss")]
+    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", *loss_tags]:
         assert tag in tags, tag
-    assert [step for step, _ in scalars(run_dir, "losses/qf1_values")] == [300, 400, 500, 600]
-    eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
-    assert len(eval_returns) == 10 and all(r >= 1 for r in eval_returns)
-
-
-@pytest.mark.e2e
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_smoke_dm_control_with_model_and_tracking(tmp_path, script):
-    """No --capture-video: see test_dm_control_video_renders_without_a_display. SAC runs here with a fixed alpha
-    (--no-autotune), which its other runs do not."""
-    flags = ["--env-id", "dm_control/cheetah-run-v0", "--total-timesteps", "1100", "--learning-starts", "1000"]
-    flags += ["--batch-size", "32", "--buffer-size", "2000", "--save-model", "--track", "--checkpoint-interval", "1100"]
-    if algorithm(script) == "sac":
-        flags += ["--no-autotune", "--alpha", "0.1"]
-    result = run_script(script, *flags, "--checkpoint-buffer", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    run_dir = only_run_dir(tmp_path)
-    assert run_dir.parent.name == "dm_control"  # the id's "/" makes a folder, as in videos/
-    assert [value for _, value in scalars(run_dir, "charts/episodic_length")] == [1000]  # dm_control's time limit
-    assert [step for step, _ in scalars(run_dir, "losses/qf1_loss")] == [1100]
-    assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
-    state = checkpoint_of(run_dir)["state"]
-    assert state["envs"] is not None  # dm_control's physics pickles: a resumed run continues the episode
-    rb = state["rb"]  # Stable-Baselines3's buffer by its filled rows: one per vector step, float32 observations
-    assert rb["observations"].shape == rb["next_observations"].shape == (1100, 1, 17) and rb["actions"].shape == (1100, 1, 6)
-    assert rb["observations"].dtype == np.float32
-    if algorithm(script) == "sac":
+    check_evaluations(run_dir, eval_interval, 2, total)
+    final_returns = [value for _, value in scalars(run_dir, "eval/final_episodic_return")]
+    if dm_control:
+        assert run_dir.parent.name == "dm_control"  # the id's "/" makes a folder, as in videos/
+        assert [value for _, value in scalars(run_dir, "charts/episodic_length")] == [1000]  # dm_control's time limit
+        assert [step for step, _ in scalars(run_dir, "losses/qf1_loss")] == [1100]
+        assert state["envs"] is not None  # dm_control's physics pickles: a resumed run continues the episode
+        rb = state["rb"]  # Stable-Baselines3's buffer by its filled rows: one per vector step, float32 observations
+        assert rb["observations"].shape == rb["next_observations"].shape == (1100, 1, 17)
+        assert rb["actions"].shape == (1100, 1, 6) and rb["observations"].dtype == np.float32
+        assert all(0 <= r <= 1000 for r in final_returns)
+    else:
+        videos = {path.parent.name for path in (tmp_path / "videos").rglob("*.mp4")}
+        assert run_dir.name in videos and f"{run_dir.name}-eval" in videos, videos  # training and evaluation episodes
+        assert state["rb"] is None  # no --checkpoint-buffer
+        assert [step for step, _ in scalars(run_dir, "losses/qf1_values")] == [300, 400, 500, 600]
+        assert all(r >= 1 for r in final_returns)
+    if fixed_alpha:
         assert scalars(run_dir, "losses/alpha") == [(1100, pytest.approx(0.1))]
         assert all(state[key] is None for key in family(script).fixed_alpha_state)
-        assert "losses/alpha_loss" not in scalar_tags(run_dir)
-    eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
-    assert len(eval_returns) == 10 and all(0 <= r <= 1000 for r in eval_returns)
+        assert "losses/alpha_loss" not in tags
 
 
 @pytest.mark.slow
@@ -737,6 +745,8 @@ COMMON_BAD_INPUTS = [
     (["--buffer-size", "0"], ["--buffer-size must be positive"]),
     (["--policy-frequency", "0"], ["--policy-frequency must be positive"]),
     (["--learning-starts", "-1"], ["--learning-starts must be >= 0"]),
+    (["--eval-episodes", "0"], ["--eval-episodes must be positive"]),
+    (["--eval-interval", "-1"], ["--eval-interval must be >= 0"]),
     (["--tau", "0"], ["--tau must be in (0, 1]"]),
     (["--gamma", "1.5"], ["--gamma must be in [0, 1]"]),
     (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),

@@ -11,6 +11,7 @@ from helpers import (
     REPO,
     assert_clean_failure,
     check_bad_input_in_process,
+    check_evaluations,
     check_killed_run_resumes_to_the_same_weights,
     check_sigterm_checkpoints_and_resumes,
     load_script,
@@ -104,9 +105,8 @@ def test_rollout_sees_real_last_observations_across_resets():
 
 @pytest.mark.e2e
 def test_smoke_with_every_flag(tmp_path):
-    result = run_script(
-        "ppo.py", *SHORT, "--capture-video", "--save-model", "--track", "--checkpoint-interval", "512", cwd=tmp_path
-    )
+    flags = [*SHORT, "--capture-video", "--save-model", "--track", "--checkpoint-interval", "512"]
+    result = run_script("ppo.py", *flags, "--eval-interval", "384", "--eval-episodes", "2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     assert list((tmp_path / "videos").rglob("*.mp4")), "--capture-video wrote no mp4"
@@ -116,9 +116,9 @@ def test_smoke_with_every_flag(tmp_path):
     assert saved["script"] == "ppo.py" and saved["args"]["total_timesteps"] == 1024
     assert list((tmp_path / "wandb").glob("offline-run-*")), "--track with WANDB_MODE=offline wrote no W&B run"
     assert set(PPO_TAGS) <= scalar_tags(run_dir), set(PPO_TAGS) - scalar_tags(run_dir)
-    eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
-    assert len(eval_returns) == 10 and all(r >= 1 for r in eval_returns)
-    assert "evaluation over 10 episodes" in result.stdout
+    check_evaluations(run_dir, 384, 2, 1024)  # at steps 512 and 768 (rollouts of 256 steps), then the final model's
+    assert all(r >= 1 for _, r in scalars(run_dir, "eval/final_episodic_return"))
+    assert "evaluation at step 512: " in result.stdout and "final evaluation: " in result.stdout
 
 
 @pytest.mark.e2e
@@ -201,6 +201,8 @@ def test_sigterm_checkpoints_and_exits_nonzero(tmp_path):
         (["--total-timesteps", "-5"], ["--total-timesteps must be positive"]),
         (["--update-epochs", "0"], ["--update-epochs must be positive"]),
         (["--checkpoint-interval", "-1"], ["--checkpoint-interval must be >= 0"]),
+        (["--eval-interval", "-1"], ["--eval-interval must be >= 0"]),
+        (["--eval-episodes", "0"], ["--eval-episodes must be positive"]),
         (["--seed", "-1"], ["--seed must be in [0, 2**32)"]),
         (["--seed", "4294967296"], ["--seed must be in [0, 2**32)"]),
         (["--batch-size", "5"], ["--batch-size"]),  # computed from --num-envs * --num-steps: not a flag

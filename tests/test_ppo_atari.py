@@ -13,6 +13,7 @@ from helpers import (
     PPO_TAGS,
     assert_clean_failure,
     check_bad_input_in_process,
+    check_evaluations,
     check_killed_run_resumes_to_the_same_weights,
     check_sigterm_checkpoints_and_resumes,
     load_script,
@@ -319,6 +320,10 @@ def test_smoke_with_every_flag(tmp_path, script):
         "--track",
         "--checkpoint-interval",
         "256",
+        "--eval-interval",
+        "192",
+        "--eval-episodes",
+        "2",
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -337,9 +342,8 @@ def test_smoke_with_every_flag(tmp_path, script):
     assert set(PPO_TAGS) <= scalar_tags(run_dir), set(PPO_TAGS) - scalar_tags(run_dir)
     # whole games: Breakout's 5 lives take far more than 4 frames x the ~25 agent steps of one random life
     assert all(length > 400 for _, length in scalars(run_dir, "charts/episodic_length"))
-    eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
-    assert len(eval_returns) == 10 and all(r >= 0 and r == int(r) for r in eval_returns)
-    assert "evaluation over 10 episodes" in result.stdout  # episodes of the evaluation: whole games
+    check_evaluations(run_dir, 192, 2, 512)  # at steps 192 and 384 (rollouts of 64 steps), then the final model's
+    assert all(r >= 0 and r == int(r) for _, r in scalars(run_dir, "eval/final_episodic_return"))  # whole games' scores
     assert list((tmp_path / "videos").glob(f"{run_dir.name}-eval/*.mp4")), "the evaluation recorded no video"
     if script == "ppo_atari_lstm.py":  # the checkpoint carries the LSTM's memory of the games in progress
         next_obs, (h, c), next_done = torch.load(run_dir / "checkpoint.pt", weights_only=False)["state"]["memory"]
@@ -367,6 +371,8 @@ BAD_INPUTS = [
     (["--env-id", "ALE/NoSuchGame-v5"], ["--env-id ALE/NoSuchGame-v5"]),
     (["--num-envs", "0"], ["--num-envs must be positive"]),
     (["--seed", "-1"], ["--seed must be in [0, 2**32)"]),
+    (["--eval-interval", "-1"], ["--eval-interval must be >= 0"]),
+    (["--eval-episodes", "0"], ["--eval-episodes must be positive"]),
     (["--batch-size", "5"], ["--batch-size"]),  # computed from --num-envs * --num-steps: not a flag
     (["--resume", "runs/never-ran"], ["--resume runs/never-ran: no such folder"]),
 ]

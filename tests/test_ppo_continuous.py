@@ -14,6 +14,7 @@ from helpers import (
     PPO_TAGS,
     assert_clean_failure,
     check_bad_input_in_process,
+    check_evaluations,
     check_killed_run_resumes_to_the_same_weights,
     check_sigterm_checkpoints_and_resumes,
     load_checkpoint,
@@ -367,6 +368,10 @@ def test_smoke_on_mujoco_with_every_flag(script, tmp_path):
         "--track",
         "--checkpoint-interval",
         "512",
+        "--eval-interval",
+        "384",
+        "--eval-episodes",
+        "2",
     ]
     result = run_script(f"{script}.py", *flags, cwd=tmp_path, DISPLAY="")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -380,9 +385,9 @@ def test_smoke_on_mujoco_with_every_flag(script, tmp_path):
     tags = scalar_tags(run_dir)
     for tag in PPO_TAGS:
         assert tag in tags, tag
-    eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
-    assert len(eval_returns) == 10 and all(r >= 1 for r in eval_returns)
-    assert "evaluation over 10 episodes" in result.stdout
+    check_evaluations(run_dir, 384, 2, 1024)  # at steps 512 and 768 (rollouts of 256 steps), then the final model's
+    assert all(r >= 1 for _, r in scalars(run_dir, "eval/final_episodic_return"))
+    assert "evaluation at step 512: " in result.stdout and "final evaluation: " in result.stdout
     assert "step 1024/1024" in result.stdout  # the sparse progress line when stdout is not a terminal
     model = torch.load(run_dir / f"{script}.cleanrl_model")
     normalization = model["obs_normalization"]
@@ -394,8 +399,8 @@ def test_smoke_on_mujoco_with_every_flag(script, tmp_path):
 @pytest.mark.e2e
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_on_dm_control_with_video_and_tracking(script, tmp_path):
-    # every flag but --save-model, whose evaluation would render 3 full 1000-step episodes in software; the
-    # dm_control evaluation runs in the resume test
+    # every flag but --save-model and --eval-interval, whose evaluations would play full 1000-step episodes (rendered
+    # in software for the final one's video); the dm_control evaluation runs in the resume test
     flags = ["--total-timesteps", "256", "--num-steps", "256", "--num-minibatches", "4", "--update-epochs", "2"]
     flags += ["--env-id", DM_CONTROL_TASK, "--capture-video", "--track", "--checkpoint-interval", "256"]
     result = run_script(f"{script}.py", *flags, cwd=tmp_path)
@@ -435,7 +440,7 @@ def test_killed_run_resumes_to_the_same_weights_and_statistics(script, env_id, t
     # the checkpoint falls mid-episode (1000-step episodes), so the restored physics, normalization statistics and
     # discounted returns all matter; then the saved model is evaluated from its file alone, as enjoy would
     flags = ["--env-id", env_id, "--total-timesteps", "8192", "--num-steps", "256", "--num-minibatches", "4"]
-    flags += ["--update-epochs", "2", "--seed", "3", "--save-model", "--checkpoint-interval", "1024"]
+    flags += ["--update-epochs", "2", "--seed", "3", "--save-model", "--eval-episodes", "2", "--checkpoint-interval", "1024"]
     run_dir = check_killed_run_resumes_to_the_same_weights(f"{script}.py", flags, tmp_path, "charts/SPS")
     assert [step for step, _ in scalars(run_dir, "charts/SPS")] == list(range(256, 8192 + 1, 256))
     reference_dir = only_run_dir(tmp_path / "uninterrupted")
@@ -452,18 +457,18 @@ def test_killed_run_resumes_to_the_same_weights_and_statistics(script, env_id, t
     from cleanrl_utils.evals.ppo_continuous_action_eval import evaluate
 
     m = load_script(script)
-    logged = [value for _, value in scalars(run_dir, "eval/episodic_return")]
+    logged = [value for _, value in scalars(run_dir, "eval/final_episodic_return")]
     replayed = evaluate(
         str(run_dir / f"{script}.cleanrl_model"),
         m.make_env,
         env_id,
-        10,
+        2,
         "test",
         m.Agent,
         capture_video=False,
         seed=3 + 100_000,
     )
-    assert len(logged) == 10
+    assert len(logged) == 2
     np.testing.assert_allclose(replayed, logged, rtol=1e-5)  # the same policy, statistics and episodes
 
 
@@ -476,6 +481,8 @@ COMMON_BAD_INPUTS = [
     (["--env-id", "CartPole-v1"], ["Discrete(2) actions", "ppo.py"]),
     (["--num-minibatches", "3"], ["--num-minibatches 3 must divide", "2048"]),
     (["--seed", "-1"], ["--seed must be in [0, 2**32)"]),
+    (["--eval-interval", "-1"], ["--eval-interval must be >= 0"]),
+    (["--eval-episodes", "0"], ["--eval-episodes must be positive"]),
     (["--batch-size", "5"], ["--batch-size"]),  # computed from --num-envs * --num-steps: not a flag
 ]
 PPO_BAD_INPUTS = [

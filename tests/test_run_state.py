@@ -6,6 +6,7 @@ import dataclasses
 import fcntl
 import os
 import pathlib
+import random
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from helpers import checkpoint_files, refused, scalars
 from torch.utils.tensorboard import SummaryWriter
 
 from cleanrl_utils import run_state
@@ -36,12 +38,24 @@ class Args:
     """a run folder to continue"""
     save_model: bool = False
     """an output flag: may change on resume"""
+    eval_interval: int = 0
+    """steps between evaluations"""
+    eval_episodes: int = 3
+    """episodes per evaluation"""
+    exp_name: str = "stand_in"
+    """the experiment's name"""
+    seed: int = 1
+    """the seed"""
+    capture_video: bool = False
+    """videos"""
+    config: str | None = None
+    """a config file"""
 
 
 class Run:
     """What a script holds: a network, its optimizer, an RNG of its own, vector envs and loop values."""
 
-    def __init__(self, run_dir: pathlib.Path, args: Args, checkpoint=None, env_id="CartPole-v1"):
+    def __init__(self, run_dir: pathlib.Path, args: Args, checkpoint=None, env_id="CartPole-v1", evaluate=None):
         self.args, self.global_step = args, 0
         torch.manual_seed(0)
         self.net = torch.nn.Linear(4, args.hidden)
@@ -50,7 +64,7 @@ class Run:
         self.envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * args.num_envs)
         self.obs, _ = self.envs.reset(seed=0)
         self.writer = SummaryWriter(str(run_dir))
-        self.state = run_state.RunState(str(run_dir), args, self.writer, checkpoint)
+        self.state = run_state.RunState(str(run_dir), args, self.writer, checkpoint, evaluate)
 
     def checkpoint_state(self):
         return dict(net=self.net, optimizer=self.optimizer, rng=self.rng, envs=self.envs, obs=self.obs, step=self.global_step)
@@ -89,16 +103,6 @@ def resume(run_dir, monkeypatch, *flags, script=SCRIPT):
     release_locks()
     monkeypatch.setattr(sys, "argv", [script, "--resume", str(run_dir), *flags])
     return run_state.load_checkpoint(Args, Args(resume=str(run_dir)), script)
-
-
-def refused(capsys, call) -> str:
-    """The call ends with exit code 2 and one `error:` line; that line."""
-    with pytest.raises(SystemExit) as exit_info:
-        call()
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1, err
-    return err
 
 
 def folder_listing(folder: pathlib.Path):
@@ -345,3 +349,80 @@ def test_infinity_is_not_taken_for_divergence():
     """A min segment tree's empty leaves are +inf on purpose (rainbow_atari.py's replay buffer)."""
     assert not run_state._holds_nan({"tree": np.full(4, np.inf), "weights": torch.ones(2)})
     assert run_state._holds_nan([{"deep": np.array([1.0, np.nan])}])
+
+
+class Evaluator:
+    """A script's save_and_evaluate: saves the network's weights where it is told, draws from every global RNG as a
+    policy that samples would, and plays `returns` in turn."""
+
+    def __init__(self, run: Run, returns: list[float]):
+        self.run, self.returns, self.calls = run, list(returns), []
+
+    def __call__(self, model_path, seed, video=False):
+        self.calls.append((os.path.basename(model_path), seed, video))
+        torch.save({"weights": self.run.net.state_dict(), "step": self.run.global_step}, model_path)
+        random.random(), np.random.rand(), torch.rand(3)
+        mean = self.returns.pop(0)
+        return [mean - 1.0, mean, mean + 1.0]
+
+
+def train_seeded(folder: pathlib.Path, args: Args, returns: list[float]) -> tuple[Run, Evaluator, tuple]:
+    """A run of 40 steps from seeded global RNGs; what the global RNGs draw after it."""
+    folder.mkdir(exist_ok=True)
+    random.seed(0), np.random.seed(0)
+    run = Run(folder, args)
+    evaluator = run.state.evaluate = Evaluator(run, returns)
+    run.train(20)  # 40 steps over 2 envs
+    run.writer.flush()
+    return run, evaluator, (random.random(), np.random.rand(), torch.rand(1).item())
+
+
+def test_evaluations_log_at_their_steps_keep_the_best_model_and_change_nothing_in_training(run_dir, tmp_path):
+    """Every crossing of --eval-interval evaluates once, logged at the training step; with --save-model the best
+    evaluated model is kept; and the run trains exactly as the one without evaluations (weights and global RNGs)."""
+    args = Args(checkpoint_interval=0, eval_interval=10, save_model=True)
+    run, evaluator, draws = train_seeded(run_dir, args, returns=[1.0, 5.0, 3.0, 4.0])
+    plain, _, plain_draws = train_seeded(tmp_path / "plain", Args(checkpoint_interval=0), returns=[])
+    assert draws == plain_draws
+    for name, tensor in plain.net.state_dict().items():
+        assert torch.equal(tensor, run.net.state_dict()[name]), name
+
+    assert [step for step, _ in scalars(run_dir, "eval/episodic_return")] == [10, 20, 30, 40]
+    assert [value for _, value in scalars(run_dir, "eval/episodic_return")] == [1.0, 5.0, 3.0, 4.0]
+    assert scalars(run_dir, "eval/episodic_return_std")[0][1] == pytest.approx(np.std([0.0, 1.0, 2.0]))
+    # its own seed each time (the same episodes: evaluations compare policies), no video
+    assert evaluator.calls == [("stand_in.evaluated.cleanrl_model", 200_001, False)] * 4
+    assert torch.load(run_dir / "stand_in.best.cleanrl_model")["step"] == 20  # the model that scored 5
+    assert not (run_dir / "stand_in.evaluated.cleanrl_model").exists()
+    # a run that only evaluates writes no checkpoint and does not lock its folder
+    assert not checkpoint_files(run_dir) and not run_state._held_locks
+
+
+def test_a_resumed_run_keeps_the_best_evaluation_it_had(run_dir, monkeypatch):
+    run = Run(run_dir, Args(checkpoint_interval=10, eval_interval=10, save_model=True))
+    run.state.evaluate = Evaluator(run, returns=[5.0, 2.0])
+    run.train(10)  # evaluates at 10 (5.0) and 20 (2.0), checkpoints after each
+    run.writer.close()
+    args, checkpoint = resume(run_dir, monkeypatch)
+    resumed = Run(run_dir, args, checkpoint)
+    resumed.state.restore(resumed.checkpoint_state())
+    resumed.global_step = checkpoint["global_step"]
+    resumed.state.evaluate = Evaluator(resumed, returns=[4.0])
+    resumed.train(5)  # evaluates at 30: 4.0 does not beat the 5.0 of step 10
+    assert torch.load(run_dir / "stand_in.best.cleanrl_model")["step"] == 10
+
+
+def test_the_end_of_a_run_saves_and_evaluates_the_model(run_dir):
+    """finish: the final checkpoint, then with --save-model the model saved as the script saves it and evaluated on
+    the final evaluation's seed, each episode logged for the model card and the mean on the eval curve."""
+    run = Run(run_dir, Args(checkpoint_interval=0, save_model=True, capture_video=True))
+    evaluator = run.state.evaluate = Evaluator(run, returns=[7.0])
+    run.train(5)
+    assert run.state.finish(run.global_step, run.checkpoint_state) == [6.0, 7.0, 8.0]
+    run.writer.flush()
+    assert evaluator.calls == [("stand_in.cleanrl_model", 100_001, True)]
+    assert [value for _, value in scalars(run_dir, "eval/final_episodic_return")] == [6.0, 7.0, 8.0]
+    assert scalars(run_dir, "eval/episodic_return") == [(10, 7.0)]
+    assert not checkpoint_files(run_dir), "no checkpoint was asked for"
+    # without --save-model: no model, no evaluation
+    assert Run(run_dir, Args(checkpoint_interval=0)).state.finish(0, dict) is None

@@ -11,6 +11,7 @@ from helpers import (
     assert_clean_failure,
     check_bad_input_in_process,
     check_enjoy_replays_the_evaluation,
+    check_evaluations,
     check_killed_run_resumes_to_the_same_weights,
     checkpoint_files,
     load_checkpoint,
@@ -167,6 +168,7 @@ def test_c51_atari_network_on_real_frames():
 def test_smoke_with_every_flag(tmp_path, script):
     flags = ["--total-timesteps", "600", "--learning-starts", "350", "--buffer-size", "500", "--batch-size", "32"]
     flags += ["--capture-video", "--save-model", "--track", "--checkpoint-interval", "300", "--checkpoint-buffer"]
+    flags += ["--eval-interval", "250", "--eval-episodes", "2"]
     run_dir = run_with_every_flag(script, flags, tmp_path)
     checkpoint = load_checkpoint(checkpoint_files(run_dir)[0])
     assert checkpoint["global_step"] == 600 and checkpoint["state"]["rb"]["frames"].shape == (1, 500, 84, 84)
@@ -178,8 +180,7 @@ def test_smoke_with_every_flag(tmp_path, script):
     assert [step for step, _ in scalars(run_dir, "losses/q_values")] == [400]
     # whole games: Breakout's five lives take far more than the ~30 agent steps of one
     assert all(length > 100 for _, length in scalars(run_dir, "charts/episodic_length"))
-    eval_returns = [value for _, value in scalars(run_dir, "eval/episodic_return")]
-    assert len(eval_returns) == 10 and all(r >= 0 for r in eval_returns)
+    check_evaluations(run_dir, 250, 2, 600)  # at steps 250 and 500, then the final model's at 600
     check_enjoy_replays_the_evaluation(run_dir, tmp_path)
 
 
@@ -224,6 +225,8 @@ BAD_INPUTS = [
     (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
     (["--buffer-size", "0"], ["--buffer-size must be positive"]),
     (["--seed", "-1"], ["--seed must be in [0, 2**32)"]),
+    (["--eval-episodes", "0"], ["--eval-episodes must be positive, got 0"]),
+    (["--eval-interval", "-1"], ["--eval-interval must be >= 0, got -1"]),
     (["--learning-starts", "1000", "--total-timesteps", "1000"], ["--learning-starts 1000", "--total-timesteps 1000"]),
     (["--num-iterations", "5"], ["--num-iterations"]),  # a computed value, not a flag: tyro refuses it
     (["--upload-model"], ["--upload-model", "--save-model"]),
