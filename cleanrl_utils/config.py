@@ -23,19 +23,14 @@ script does not have, or a value of the wrong type, is refused with one line and
 import dataclasses
 import difflib
 import json
-import sys
 import types
 import typing
-from typing import NoReturn
 
 import yaml
 
+from cleanrl_utils.run_state import refuse
+
 NOT_FROM_A_RUN = {"resume", "config"}  # an args.json's values that start a new run like it, not continue it
-
-
-def refuse(message: str) -> NoReturn:
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def load_config(args_class, path: str, env_id: str, script: str) -> dict:
