@@ -158,10 +158,10 @@ class Agent(nn.Module):
 
 
 def compute_gae(rewards, values, last_value, terminations, episode_ends, gamma, gae_lambda):
-    """Generalized Advantage Estimation over a rollout of numpy arrays shaped (num_steps, num_envs). EnvPool resets a
-    game one step late, so where an episode ended at step t, obs[t + 1] is still its real last observation: a
+    """Generalized Advantage Estimation over a rollout of numpy arrays shaped (num_steps, num_envs). EnvPool resets an
+    env one step late, so where an episode ended at step t, obs[t + 1] is still its real last observation: a
     truncation bootstraps from values[t + 1], a termination (a lost life included) zeroes it, and the advantage does
-    not flow back across the end. Row t + 1 after a game over is EnvPool's reset step, which the update leaves out."""
+    not flow back across the end. Row t + 1 is EnvPool's reset step, which the update leaves out."""
     next_values = np.concatenate([values[1:], last_value.reshape(1, -1)])
     advantages = np.zeros_like(rewards)
     lastgaelam = 0.0
@@ -303,13 +303,14 @@ if __name__ == "__main__":
                 sys.exit(f"error: the environment returned a non-finite reward at step {global_step}; stopping")
             rewards[step], terminations[step], episode_ends[step] = reward, terminated, terminated | truncated
 
-            # a lost life ends the training episode only: statistics come with the end of a whole game (the last life
-            # lost, or the game truncated), and that env's next step is EnvPool's reset step, left out of the update
+            # after an episode's end (a lost life too) EnvPool's next step is its reset step, left out of the update.
+            # A lost life ends the training episode only: statistics come with the end of a whole game
+            next_is_reset_step = terminated | truncated
             game_returns += info["reward"]
-            next_is_reset_step = info["terminated"].astype(bool) | truncated
+            games_over = info["terminated"].astype(bool) | truncated
             if recorder:
-                recorder.after_step(next_is_reset_step)
-            for i in np.flatnonzero(next_is_reset_step):
+                recorder.after_step(games_over)
+            for i in np.flatnonzero(games_over):
                 recent_returns.append(game_returns[i])
                 writer.add_scalar("charts/episodic_return", game_returns[i], global_step)
                 writer.add_scalar("charts/episodic_length", info["elapsed_step"][i], global_step)

@@ -30,6 +30,7 @@ EVALUATORS = {
     "ppo": ("cleanrl_utils.evals.ppo_eval", "Agent", True),
     "ppo_atari": ("cleanrl_utils.evals.ppo_eval", "Agent", True),
     "ppo_atari_lstm": ("cleanrl_utils.evals.ppo_atari_lstm_eval", "Agent", True),
+    "ppo_atari_envpool": ("cleanrl_utils.evals.ppo_envpool_eval", "Agent", True),
     "dqn": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),
     "dqn_atari": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),
     "pqn": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),
@@ -136,8 +137,11 @@ def main():
     evaluator_module, model_class, uses_torch = EVALUATORS[exp_name]
     script = load_script(exp_name)
     try:  # the script's own make_env registers what its ids need (a user's `module:` env, dm_control through Shimmy)
-        script.make_env(env_id, 0, False, "enjoy")().close()
-    except (gym.error.Error, ModuleNotFoundError) as e:
+        if "envpool" in exp_name:  # an EnvPool script's make_env makes a pool of games at once
+            script.make_env(env_id, 1, 0).close()
+        else:
+            script.make_env(env_id, 0, False, "enjoy")().close()
+    except (gym.error.Error, ModuleNotFoundError, AssertionError) as e:  # EnvPool asserts on an id it does not know
         fail(f"--env-id {env_id}: {e}")
 
     device_kwargs = {}

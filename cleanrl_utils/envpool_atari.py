@@ -3,11 +3,13 @@ evaluation. A script imports it only inside the branch that uses it, so a copied
 
 EnvPool's autoreset (measured on envpool 1.2.5, `env_type="gymnasium"`; tests/test_envpool_atari.py checks it):
 
-- With `episodic_life=True` a lost life returns `terminated=True`, but the game goes on: the next step is a real one.
+- Every episode end (`terminated` or `truncated`) returns the episode's real last observation, and the NEXT step of
+  that env is a reset step: it ignores its action and returns reward 0, `terminated=False`, `truncated=False` and the
+  first observation of what follows. That step is not a transition: it must reach no loss and no statistic.
+- With `episodic_life=True` a lost life returns `terminated=True` (`info["terminated"] == 0`): the reset step after
+  it continues the same game (same lives, `info["elapsed_step"]` not advanced).
 - A game over (`info["terminated"] == 1`, the last life lost) or a truncation (`truncated`, at `max_episode_steps`
-  agent steps) returns the game's real last observation. The NEXT step of that env ignores its action and returns
-  the first observation of a new game, with reward 0, `terminated=False`, `truncated=False` and
-  `info["elapsed_step"] == 0`. That reset step is not a transition: it must reach no loss and no statistic.
+  agent steps) ends the whole game: the reset step after it starts a new one (`info["elapsed_step"] == 0`).
 - `info["reward"]` is the game's own reward, before `reward_clip`; `info["lives"]` the lives left.
 """
 
@@ -20,7 +22,7 @@ FPS = 15  # one frame per agent step: the ALE's 60 frames a second, 4 frames a s
 
 
 def game_over(info: dict, truncated: np.ndarray) -> np.ndarray:
-    """Which envs ended a whole game at this step (their next step is EnvPool's reset step)."""
+    """Which envs ended a whole game at this step (the last life lost, or truncated): the game's statistics end here."""
     return info["terminated"].astype(bool) | truncated
 
 

@@ -692,7 +692,8 @@ def test_learns_pendulum(tmp_path, script):
     assert np.mean(returns[-5:]) > threshold, returns[-10:]
 
 
-# each script's resume is tested end to end once: two here (a torch and a JAX one), the other four after SIGTERM below
+# the family's resume end to end (DESIGN.md: the contract is run_state's, tested in test_run_state.py): a torch and a
+# JAX script here, a third after SIGTERM below
 @pytest.mark.e2e
 @pytest.mark.parametrize("script", ["sac_continuous_action.py", "td3_continuous_action_jax.py"])
 def test_killed_run_resumes_to_the_same_weights_on_the_users_own_env(tmp_path, script):
@@ -714,9 +715,7 @@ def test_killed_run_resumes_to_the_same_weights_on_the_users_own_env(tmp_path, s
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize(
-    "script", [s for s in SCRIPTS if s not in ("sac_continuous_action.py", "td3_continuous_action_jax.py")]
-)
+@pytest.mark.parametrize("script", ["ddpg_continuous_action.py"])
 def test_sigterm_checkpoints_then_the_resumed_run_refills_the_buffer(tmp_path, script):
     """SIGTERM mid-run: a checkpoint (without the buffer), exit code 143 and a line saying how to resume. The resumed
     run starts from an empty buffer: it acts with its policy and makes no update for --learning-starts steps, then

@@ -352,7 +352,7 @@ def test_smoke_with_every_flag(tmp_path, script):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", ["ppo_atari_lstm.py"])  # ppo_atari.py resumes after SIGTERM below
 def test_killed_run_resumes_to_the_same_weights(tmp_path, script):
     flags = [*SHORT[script], "--total-timesteps", "384", "--seed", "3", "--save-model", "--checkpoint-interval", "64"]
     run_dir = check_killed_run_resumes_to_the_same_weights(script, flags, tmp_path, "charts/SPS")
