@@ -31,6 +31,7 @@ EVALUATORS = {
     "ppo_atari": ("cleanrl_utils.evals.ppo_eval", "Agent", True),
     "ppo_atari_lstm": ("cleanrl_utils.evals.ppo_atari_lstm_eval", "Agent", True),
     "ppo_atari_envpool": ("cleanrl_utils.evals.ppo_envpool_eval", "Agent", True),
+    "ppo_rnd_envpool": ("cleanrl_utils.evals.ppo_envpool_eval", "Agent", True),
     "dqn": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),
     "dqn_atari": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),
     "pqn": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),

@@ -1,5 +1,6 @@
-"""Evaluate a model saved by `cleanrl/ppo_atari_envpool.py --save-model`: play whole games with the trained policy on
-the script's own EnvPool env, return their scores."""
+"""Evaluate a model saved by `cleanrl/ppo_atari_envpool.py` or `ppo_rnd_envpool.py --save-model`: play whole games
+with the trained policy on the script's own EnvPool env, return their scores. (RND's model is its policy alone: acting
+needs neither the RND networks nor their normalizers, the policy sees the raw frames / 255.)"""
 
 from collections.abc import Callable
 

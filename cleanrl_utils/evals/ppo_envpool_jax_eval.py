@@ -25,12 +25,13 @@ def evaluate(
     are drawn with a JAX key made from `seed`, so the same seed replays the same games."""
     envs = make_env(env_id, 1, seed % 2**31, capture_video)
     agent = Model(action_dim=envs.action_space.n)
-    template = agent.init(jax.random.PRNGKey(0), np.zeros((1,) + envs.observation_space.shape, np.uint8))
+    # the parameters' structure only (nothing computed): the file fills it
+    template = jax.eval_shape(agent.init, jax.random.PRNGKey(0), np.zeros((1,) + envs.observation_space.shape, np.uint8))
     with open(model_path, "rb") as f:
         params = flax.serialization.from_bytes(template, f.read())
 
     @jax.jit
-    def sample(obs, key):
+    def sample(params, obs, key):  # the parameters as an argument: closed over, they would be compiled in as constants
         key, action_key = jax.random.split(key)
         return jax.random.categorical(action_key, agent.apply(params, obs)[0]), key
 
@@ -38,7 +39,7 @@ def evaluate(
 
     def act(obs):
         nonlocal key
-        action, key = sample(obs, key)
+        action, key = sample(params, obs, key)
         return np.asarray(action)
 
     return play_games(envs, act, eval_episodes, f"videos/{run_name}" if capture_video else None)
