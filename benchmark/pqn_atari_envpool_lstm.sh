@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# pqn_atari_envpool_lstm.py on the Atari games of the published benchmark (EnvPool's ids), 3 seeds, 10,000,000 steps each (a
-# GPU job: on the 2-core CPU machine the script runs at about 330 steps/s, see docs/algorithms/pqn_atari_envpool_lstm.md).
+# pqn_atari_envpool_lstm.py on the Atari games of the published benchmark (EnvPool's ids), 3 seeds, 10,000,000 steps
+# each (a GPU job: about 12 h a run on the 2-core CPU machine at 235 steps/s; docs/algorithms/pqn_atari_envpool_lstm.md).
 #   benchmark/pqn_atari_envpool_lstm.sh --workers 0      # print the commands only
 #   benchmark/pqn_atari_envpool_lstm.sh --workers 9 --slurm-template-path benchmark/cleanrl_1gpu.slurm_template
 #   benchmark/pqn_atari_envpool_lstm.sh --env-ids Breakout-v5 --num-seeds 1 --command "python cleanrl/pqn_atari_envpool_lstm.py --total-timesteps 500000"

@@ -1,5 +1,4 @@
-# PPO on Atari games from pixels, the games stepped by EnvPool in C++ threads (Schulman et al. 2017; Weng et al. 2022)
-# docs: docs/algorithms/ppo_atari_envpool.md
+# PPO on Atari from pixels, the games stepped by EnvPool (Schulman et al. 2017); docs: docs/algorithms/ppo_atari_envpool.md
 import glob
 import json
 import os

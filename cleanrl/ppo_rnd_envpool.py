@@ -1,5 +1,4 @@
-# PPO (Schulman et al. 2017) with Random Network Distillation (Burda et al. 2018) on Atari games stepped by EnvPool
-# docs: docs/algorithms/ppo_rnd_envpool.md
+# PPO with Random Network Distillation (Burda et al. 2018) on EnvPool's Atari; docs: docs/algorithms/ppo_rnd_envpool.md
 import glob
 import json
 import os

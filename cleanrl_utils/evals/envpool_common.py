@@ -14,7 +14,7 @@ def play_games(
     """Step `envs` with `act(obs) -> actions` until `eval_episodes` games are over; their scores (all lives, the
     unclipped rewards of `info["reward"]`). With `video_folder`, env 0's games are recorded there. `episode_ended(mask)`,
     if given, hears after each step which envs' episodes ended, a lost life included (a recurrent policy resets its
-    state there, as in training)."""
+    state at the observation after EnvPool's reset step that follows, as in training)."""
     obs, _ = envs.reset()
     recorder = GameRecorder(envs, video_folder) if video_folder else None
     scores, running = [], np.zeros(envs.config["num_envs"])
