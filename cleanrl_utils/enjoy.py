@@ -32,6 +32,8 @@ EVALUATORS = {
     "ppo_atari_lstm": ("cleanrl_utils.evals.ppo_atari_lstm_eval", "Agent", True),
     "ppo_atari_envpool": ("cleanrl_utils.evals.ppo_envpool_eval", "Agent", True),
     "ppo_rnd_envpool": ("cleanrl_utils.evals.ppo_envpool_eval", "Agent", True),
+    "ppo_atari_envpool_xla_jax": ("cleanrl_utils.evals.ppo_envpool_jax_eval", "Agent", False),
+    "ppo_atari_envpool_xla_jax_scan": ("cleanrl_utils.evals.ppo_envpool_jax_eval", "Agent", False),
     "pqn_atari_envpool": ("cleanrl_utils.evals.pqn_envpool_eval", "QNetwork", True),
     "pqn_atari_envpool_lstm": ("cleanrl_utils.evals.pqn_envpool_eval", "QNetwork", True),
     "dqn": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),

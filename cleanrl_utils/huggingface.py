@@ -89,7 +89,9 @@ def extras_for(script: str, env_id: str) -> list[str]:
     needs beyond the core install: its environment family's, and `jax` for a JAX script."""
     stem = script.removesuffix(".py")
     extras = []
-    if "atari" in stem or env_id.startswith("ALE/") or "NoFrameskip" in env_id:
+    if "envpool" in stem:  # EnvPool brings its own games
+        extras.append("envpool")
+    elif "atari" in stem or env_id.startswith("ALE/") or "NoFrameskip" in env_id:
         extras.append("atari")
     elif env_id.startswith("dm_control/"):
         extras.append("dm_control")
@@ -101,7 +103,7 @@ def extras_for(script: str, env_id: str) -> list[str]:
                 extras.append("mujoco")
         except gym.error.Error:  # an id Gymnasium does not know (a package registers it): nothing to add
             pass
-    if stem.endswith("_jax"):
+    if "_jax" in stem:
         extras.append("jax")
     return extras
 
