@@ -74,19 +74,24 @@ def measure_envs(args):
 
 
 def measure_scripts(args):
-    print(f"| script ({args.num_envs} envs x {args.num_steps} steps, {args.total_timesteps} steps) | wall time | steps/s |")
-    print("|-|-|-|")
-    for script in args.scripts:
-        command = [sys.executable, str(REPO / "cleanrl" / script), "--env-id", SCRIPTS[script]]
-        command += ["--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps)]
-        command += ["--total-timesteps", str(args.total_timesteps), *args.extra]
-        with tempfile.TemporaryDirectory() as folder:  # the runs/ folder goes away with it
-            start = time.perf_counter()
-            result = subprocess.run(command, cwd=folder, capture_output=True, text=True)
-            elapsed = time.perf_counter() - start
-        if result.returncode != 0:
-            sys.exit(f"{script} failed:\n{result.stderr[-3000:]}")
-        print(f"| {script} | {elapsed:.1f} s | {args.total_timesteps / elapsed:,.0f} |", flush=True)
+    header = f"| script ({args.num_envs} envs x {args.num_steps} steps, {args.total_timesteps} steps) | wall times |"
+    print(f"{header} median | steps/s over the median |\n|-|-|-|-|")
+    walls = {script: [] for script in args.scripts}
+    for _ in range(args.rounds):  # the scripts take turns, so a slow spell of the machine hits each of them
+        for script in args.scripts:
+            command = [sys.executable, str(REPO / "cleanrl" / script), "--env-id", SCRIPTS[script]]
+            command += ["--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps)]
+            command += ["--total-timesteps", str(args.total_timesteps), *args.extra]
+            with tempfile.TemporaryDirectory() as folder:  # the runs/ folder goes away with it
+                start = time.perf_counter()
+                result = subprocess.run(command, cwd=folder, capture_output=True, text=True)
+                walls[script].append(time.perf_counter() - start)
+            if result.returncode != 0:
+                sys.exit(f"{script} failed:\n{result.stderr[-3000:]}")
+    for script, times in walls.items():
+        median = float(np.median(times))
+        runs = ", ".join(f"{t:.1f}" for t in times)
+        print(f"| {script} | {runs} s | {median:.1f} s | {args.total_timesteps / median:,.0f} |", flush=True)
 
 
 if __name__ == "__main__":
@@ -96,6 +101,7 @@ if __name__ == "__main__":
     parser.add_argument("--num-steps", type=int, default=128, help="steps per rollout (scripts)")
     parser.add_argument("--env-steps", type=int, default=2000, help="vector steps of each back-end (envs)")
     parser.add_argument("--total-timesteps", type=int, default=10240, help="each script's budget (scripts)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each script, taking turns (scripts)")
     parser.add_argument("--scripts", nargs="+", default=list(SCRIPTS), choices=list(SCRIPTS))
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="flags added to every script's command")
     args = parser.parse_args()
