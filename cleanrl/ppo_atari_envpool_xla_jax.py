@@ -359,15 +359,14 @@ if __name__ == "__main__":
             global_step += args.num_envs
             handle, next_obs, key, transition, games = step_once(agent_state.params, handle, next_obs, next_is_reset_step, key)
             transitions.append(transition)
-            reward, ends, (games_over, game_reward, game_length) = jax.device_get(
-                (transition["rewards"], transition["episode_ends"], games)
-            )
+            reward, (games_over, game_reward, game_length) = jax.device_get((transition["rewards"], games))
             if not np.isfinite(reward).all():
                 sys.exit(f"error: the environment returned a non-finite reward at step {global_step}; stopping")
 
-            # after an episode's end (a lost life too) EnvPool's next step is its reset step, left out of the loss.
-            # A lost life ends the training episode only: statistics come with the end of a whole game
-            next_is_reset_step = ends.astype(bool)
+            # after an episode's end (a lost life too) EnvPool's next step is its reset step, left out of the loss: the
+            # mask stays on the device for the next step. A lost life ends the training episode only: statistics come
+            # with the end of a whole game
+            next_is_reset_step = transition["episode_ends"] > 0
             game_returns += game_reward
             if recorder:
                 recorder.after_step(games_over)

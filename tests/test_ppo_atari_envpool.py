@@ -14,6 +14,7 @@ from helpers import (
     check_enjoy_replays_the_evaluation,
     check_evaluations,
     load_checkpoint,
+    load_script,
     only_run_dir,
     run_script,
     run_with_every_flag,
@@ -29,8 +30,6 @@ SCRIPT = "ppo_atari_envpool.py"
 
 
 def load_ppo_atari_envpool():
-    from helpers import load_script
-
     return load_script("ppo_atari_envpool")
 
 
