@@ -91,6 +91,12 @@ def extras_for(script: str, env_id: str) -> list[str]:
     extras = []
     if "envpool" in stem:  # EnvPool brings its own games
         extras.append("envpool")
+    elif "pettingzoo" in stem:  # multi-agent Atari, with the Atari extra
+        extras.append("pettingzoo")
+    elif "brax" in stem:  # Brax brings its own environments, and JAX
+        extras.append("brax")
+    elif env_id.startswith("MiniGrid-"):
+        extras.append("minigrid")
     elif "atari" in stem or env_id.startswith("ALE/") or "NoFrameskip" in env_id:
         extras.append("atari")
     elif env_id.startswith("dm_control/"):
@@ -103,7 +109,7 @@ def extras_for(script: str, env_id: str) -> list[str]:
                 extras.append("mujoco")
         except gym.error.Error:  # an id Gymnasium does not know (a package registers it): nothing to add
             pass
-    if "_jax" in stem:
+    if "_jax" in stem and "brax" not in extras:
         extras.append("jax")
     return extras
 

@@ -174,6 +174,10 @@ def test_model_card_has_license_install_step_and_no_none_flags():
         ("ddpg_continuous_action.py", "dm_control/cheetah-run-v0", ["dm_control"]),
         ("c51_jax.py", "CartPole-v1", ["jax"]),
         ("dqn.py", "custom_env:Corridor-v0", []),
+        ("ppo_pettingzoo_ma_atari.py", "pong_v3", ["pettingzoo"]),
+        ("ppo_continuous_action_brax_jax.py", "ant", ["brax"]),
+        ("ppo_trxl.py", "MiniGrid-MemoryS9-v0", ["minigrid"]),
+        ("ppo_trxl.py", "ProofOfMemory-v0", []),
     ],
 )
 def test_the_extras_a_model_needs(script, env_id, extras):
