@@ -32,8 +32,16 @@ loaded back in place; a numpy `Generator` by its bit generator's state;
 a Gymnasium `SyncVectorEnv` by its pickled sub-environments with their emulator or physics state (see
 `snapshot_envs`); anything else (the step counter, an observation, a JAX PRNG key) as it is, JAX arrays as numpy
 ones, and a tensor in it comes back on the device of the one it replaces. Python's, numpy's and
-torch's global RNGs are always saved. The previous checkpoint is kept as `checkpoint.prev.pt` until the next one is
-written, so one that cannot be read (a damaged disk, a partial copy) still leaves a good one.
+torch's global RNGs are always saved.
+
+Data-parallel scripts (torch.distributed, one process per rank) pass `rank` and `world_size` to `resolve_args`, and
+to RunState the keys of the entries each rank holds for itself (`per_rank=("envs", "next_obs")`): every rank calls
+`step` and `finish`, the SIGTERM flag is shared (any rank's signal stops all of them at the same iteration), and rank
+0 alone holds the lock and writes ONE checkpoint: the shared entries once, each rank's own entries and global RNGs
+gathered under "ranks"; on resume each rank takes its own part, and a different world size is refused.
+
+The previous checkpoint is kept as `checkpoint.prev.pt` until the next one is written, so one that cannot be read (a
+damaged disk, a partial copy) still leaves a good one.
 """
 
 import dataclasses
@@ -99,7 +107,7 @@ def lock_run_folder(run_dir: str):
     _held_locks[run_dir] = descriptor
 
 
-def resolve_args(args_class, args, script_file: str):
+def resolve_args(args_class, args, script_file: str, rank: int = 0, world_size: int = 1):
     """The Args of a run started with `--config FILE` (the file's values under the flags given now) or continued with
     `--resume RUN_DIR` (see load_checkpoint), and the checkpoint to continue from (None for a new run)."""
     if args.config and args.resume:
@@ -107,18 +115,19 @@ def resolve_args(args_class, args, script_file: str):
             "--config and --resume together: a resumed run continues with its saved arguments (flags may change its budget)"
         )
     if args.resume:
-        return load_checkpoint(args_class, args, script_file)
+        return load_checkpoint(args_class, args, script_file, rank, world_size)
     from cleanrl_utils.config import load_config
 
     values = load_config(args_class, args.config, args.env_id, os.path.basename(script_file))
     return _parse_again(args_class, args_class(**values)), None
 
 
-def load_checkpoint(args_class, args, script_file: str):
+def load_checkpoint(args_class, args, script_file: str, rank: int = 0, world_size: int = 1):
     """`--resume RUN_DIR`: the saved run's Args with the flags given now over them, and its checkpoint. Refuses,
     with exit code 2 and the folder untouched, what a resume cannot continue exactly: a missing or unreadable
     checkpoint, another script's folder, a changed field other than the budget and the outputs, a budget below the
-    steps already done, a folder another process holds."""
+    steps already done, a folder another process holds, another number of data-parallel ranks. Ranks other than 0
+    read the same file without taking the lock rank 0 holds."""
     run_dir = args.resume.rstrip("/")
     path, previous = os.path.join(run_dir, CHECKPOINT), os.path.join(run_dir, PREVIOUS)
     if not os.path.isdir(run_dir):
@@ -129,7 +138,8 @@ def load_checkpoint(args_class, args, script_file: str):
             f"--resume {run_dir}: no {CHECKPOINT} there (a run writes one with --checkpoint-interval)"
             + (hint if os.path.isfile(previous) else "")
         )
-    lock_run_folder(run_dir)
+    if rank == 0:
+        lock_run_folder(run_dir)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
         if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
@@ -159,6 +169,12 @@ def load_checkpoint(args_class, args, script_file: str):
             f"--resume continues a run as it was started, only --total-timesteps and the outputs may change; "
             f"changed: {', '.join(changed)} (start a new run for that)"
         )
+    saved_world_size = len(checkpoint.get("ranks") or [None])
+    if saved_world_size != world_size:
+        refuse(
+            f"--resume {run_dir}: that run had {saved_world_size} rank(s) (processes) and this one has {world_size}; "
+            f"resume it with {saved_world_size} in all (torchrun's --nnodes x --nproc-per-node)"
+        )
     done = checkpoint["global_step"]
     if args.total_timesteps < done:
         refuse(f"--total-timesteps {args.total_timesteps} is below the {done} steps {run_dir} has done; give more")
@@ -169,7 +185,8 @@ def load_checkpoint(args_class, args, script_file: str):
     if checkpoint["wandb_run_id"]:  # with --track, wandb.init reads these: the resumed run appends to its own W&B run
         os.environ.setdefault("WANDB_RUN_ID", checkpoint["wandb_run_id"])
         os.environ.setdefault("WANDB_RESUME", "allow")
-    print(f"resuming {run_dir} at step {done} of {args.total_timesteps}", flush=True)
+    if rank == 0:
+        print(f"resuming {run_dir} at step {done} of {args.total_timesteps}", flush=True)
     return args, checkpoint
 
 
@@ -235,10 +252,17 @@ class RunState:
     `model_path` as enjoy loads it and plays `--eval-episodes` episodes with the script's evaluator (greedy or
     deterministic, normalization statistics frozen). Evaluations during training run on their own env with their own
     seed (the same episodes each time, so two evaluations compare policies, not draws), and the global RNGs are put
-    back afterwards: a seeded run learns the same with or without them."""
+    back afterwards: a seeded run learns the same with or without them.
 
-    def __init__(self, run_dir: str, args, writer, checkpoint: dict | None = None, evaluate=None):
+    `per_rank` (data-parallel scripts, see the module's docstring): the keys of the state entries each rank holds
+    for itself; the rank and world size are torch.distributed's, and ranks other than 0 pass writer None."""
+
+    def __init__(self, run_dir: str, args, writer, checkpoint: dict | None = None, evaluate=None, per_rank=()):
         self.run_dir, self.args, self.writer, self.evaluate = run_dir, args, writer, evaluate
+        self.per_rank = per_rank
+        self.rank, self.world_size = 0, 1
+        if per_rank and torch.distributed.is_available() and torch.distributed.is_initialized():
+            self.rank, self.world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
         self.path, self.previous = os.path.join(run_dir, CHECKPOINT), os.path.join(run_dir, PREVIOUS)
         self.script = os.path.basename(sys.argv[0])
         self.checkpoint = checkpoint
@@ -246,8 +270,9 @@ class RunState:
         self.best_return = checkpoint.get("best_eval_return", -math.inf) if checkpoint else -math.inf
         self.checkpointing = bool(args.checkpoint_interval or checkpoint)
         self.stop_requested = threading.Event()
-        if self.checkpointing:
+        if self.checkpointing and self.rank == 0:
             lock_run_folder(run_dir)
+        if self.checkpointing:
             # Slurm and spot instances send SIGTERM before they kill: finish the iteration, checkpoint, exit 143
             signal.signal(signal.SIGTERM, lambda signum, frame: self.stop_requested.set())
 
@@ -256,7 +281,10 @@ class RunState:
         the global RNGs. Returns the saved entries: the objects themselves, restored in place, and the plain values
         (loop counters, observations) to assign back; a vector env's entry is None where its episodes could not be
         saved, and the script starts new ones."""
-        saved = self.checkpoint["state"]
+        saved, rng = self.checkpoint["state"], self.checkpoint["rng"]
+        if self.per_rank:  # this rank's own entries and RNGs
+            own = self.checkpoint["ranks"][self.rank]
+            saved, rng = {**saved, **own["state"]}, own["rng"]
         if saved.keys() != state.keys():
             refuse(f"--resume: the checkpoint holds {sorted(saved)}, this script {sorted(state)}: a changed script")
         values = {}
@@ -286,7 +314,7 @@ class RunState:
             for part in state.values():  # a frame replay buffer ends the episodes it holds where the new games start
                 if hasattr(part, "cut_episodes"):
                     part.cut_episodes()
-        _set_global_rngs(self.checkpoint["rng"])
+        _set_global_rngs(rng)
         return values
 
     def refill(self, global_step: int, steps: int) -> int:
@@ -301,13 +329,22 @@ class RunState:
         `--checkpoint-interval` is, and on SIGTERM checkpoints and exits with code 143 (128 + SIGTERM, what schedulers
         read as 'terminated')."""
         eval_interval, interval = self.args.eval_interval, self.args.checkpoint_interval
-        if eval_interval and global_step // eval_interval > self.evaluated_step // eval_interval:
+        if eval_interval and global_step // eval_interval > self.evaluated_step // eval_interval and self.rank == 0:
             self.evaluate_during_training(global_step)
-        if interval and global_step // interval > self.saved_step // interval or self.stop_requested.is_set():
+        stop = self.stop_requested.is_set()
+        if self.world_size > 1 and self.checkpointing:  # every rank stops at the same iteration, whichever got the signal
+            stops = [False] * self.world_size
+            torch.distributed.all_gather_object(stops, stop)
+            stop = any(stops)
+        if interval and global_step // interval > self.saved_step // interval or stop:
             self.save(global_step, checkpoint_state(), finished=False)
-        if self.stop_requested.is_set():
-            print(f"SIGTERM at step {global_step}: checkpoint written; continue with --resume {self.run_dir}", file=sys.stderr)
-            self.writer.close()
+        if stop:
+            if self.rank == 0:
+                print(
+                    f"SIGTERM at step {global_step}: checkpoint written; continue with --resume {self.run_dir}",
+                    file=sys.stderr,
+                )
+                self.writer.close()
             for part in checkpoint_state().values():  # closing the envs completes a video being recorded
                 if isinstance(part, gym.vector.VectorEnv):
                     part.close()
@@ -318,7 +355,7 @@ class RunState:
         `--save-model` the model, evaluated on episodes the run never saw: their returns."""
         if self.checkpointing:
             self.save(global_step, checkpoint_state(), finished=True)
-        if not self.args.save_model:
+        if not self.args.save_model or self.rank != 0:
             return None
         episodic_returns = self.evaluate(
             f"{self.run_dir}/{self.args.exp_name}.cleanrl_model", self.args.seed + 100_000, self.args.capture_video
@@ -356,10 +393,21 @@ class RunState:
         """Write the checkpoint atomically (a temporary file, then os.replace): a reader sees the old checkpoint or
         the new one, never half of one. A state holding NaN is never written over a good one; a write error names
         the path and the cause, keeps the previous checkpoint and removes the temporary file."""
-        stored = {key: _stored(part) for key, part in state.items()}
+        stored = {key: _stored(part) for key, part in state.items() if self.rank == 0 or key in self.per_rank}
         if _holds_nan(stored):
             print(f"error: the state turned NaN by step {global_step}; no checkpoint written, {self._kept()}", file=sys.stderr)
             sys.exit(1)
+        ranks = None
+        if self.per_rank:  # each rank's own entries and RNGs, gathered on rank 0, which alone writes
+            own = {"state": {key: stored.pop(key) for key in self.per_rank}, "rng": _global_rngs()}
+            ranks = [None] * self.world_size if self.rank == 0 else None
+            if self.world_size > 1:
+                torch.distributed.gather_object(own, ranks, dst=0)
+            else:
+                ranks = [own]
+            if self.rank != 0:
+                self.saved_step = global_step
+                return
         checkpoint = {
             "format": FORMAT,
             "script": self.script,
@@ -371,6 +419,7 @@ class RunState:
             "rng": _global_rngs(),
             "best_eval_return": self.best_return,
             "state": stored,
+            **({"ranks": ranks} if ranks else {}),
         }
         self.writer.flush()  # the logged points up to this checkpoint are on disk before it is
         temporary = f"{self.path}.tmp"
