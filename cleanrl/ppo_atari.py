@@ -197,6 +197,8 @@ def check_args(args):
         fail(f"--num-minibatches {args.num_minibatches} must divide --num-envs * --num-steps = {batch_size}; pick a divisor")
     if args.total_timesteps < batch_size:
         fail(f"--total-timesteps {args.total_timesteps} is less than one rollout (--num-envs * --num-steps = {batch_size})")
+    if args.env_id.rpartition("_v")[2].isdigit():  # pong_v3, warlords_v3: PettingZoo's multi-agent ids, not the ALE's
+        fail(f"--env-id {args.env_id} is a PettingZoo multi-agent Atari game; use ppo_pettingzoo_ma_atari.py for it")
     try:
         env = gym.make(args.env_id)  # a `module:EnvName-v0` id imports its module, which registers the env
     except (gym.error.Error, ModuleNotFoundError) as e:

@@ -32,6 +32,7 @@ EVALUATORS = {
     "ppo_atari_lstm": ("cleanrl_utils.evals.ppo_atari_lstm_eval", "Agent", True),
     "ppo_atari_multigpu": ("cleanrl_utils.evals.ppo_eval", "Agent", True),
     "ppo_trxl": ("cleanrl_utils.evals.ppo_trxl_eval", "Agent", True),
+    "ppo_pettingzoo_ma_atari": ("cleanrl_utils.evals.ppo_pettingzoo_eval", "Agent", True),
     "ppo_atari_envpool": ("cleanrl_utils.evals.ppo_envpool_eval", "Agent", True),
     "ppo_rnd_envpool": ("cleanrl_utils.evals.ppo_envpool_eval", "Agent", True),
     "ppo_atari_envpool_xla_jax": ("cleanrl_utils.evals.ppo_envpool_jax_eval", "Agent", False),

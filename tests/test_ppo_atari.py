@@ -383,6 +383,7 @@ BAD_INPUTS = [
     [(script, flags, fragments) for script in SCRIPTS for flags, fragments in BAD_INPUTS]
     + [
         ("ppo_atari.py", ["--num-minibatches", "3"], ["--num-minibatches 3 must divide", "1024"]),
+        ("ppo_atari.py", ["--env-id", "pong_v3"], ["multi-agent Atari game", "use ppo_pettingzoo_ma_atari.py"]),
         # minibatches are split by env: 4 divides the batch of 2 x 128 steps, not the 2 envs
         ("ppo_atari_lstm.py", ["--num-envs", "2", "--num-minibatches", "4"], ["--num-minibatches 4 must divide --num-envs 2"]),
     ],
