@@ -47,6 +47,7 @@ EVALUATORS = {
     "rainbow_atari": ("cleanrl_utils.evals.rainbow_eval", "QNetwork", True),
     "sac_atari": ("cleanrl_utils.evals.sac_atari_eval", "Actor", True),
     "qdagger_dqn_atari_impalacnn": ("cleanrl_utils.evals.dqn_eval", "QNetwork", True),
+    "qdagger_dqn_atari_jax_impalacnn": ("cleanrl_utils.evals.dqn_jax_eval", "QNetwork", False),
     "dqn_jax": ("cleanrl_utils.evals.dqn_jax_eval", "QNetwork", False),
     "c51_jax": ("cleanrl_utils.evals.c51_jax_eval", "QNetwork", False),
     "dqn_atari_jax": ("cleanrl_utils.evals.dqn_jax_eval", "QNetwork", False),

@@ -14,7 +14,10 @@ SCRIPTS = sorted(path.name for path in (REPO / "cleanrl").glob("*.py"))
 # no token anywhere: HF_TOKEN empty and a fresh HF_HOME without a stored one
 NO_TOKEN = {"HF_TOKEN": "", "HF_HUB_OFFLINE": "1"}
 # flags a script cannot start without; the token is checked before the teacher's file is read, so it need not exist
-REQUIRED_FLAGS = {"qdagger_dqn_atari_impalacnn.py": ["--teacher-model-path", "teacher.cleanrl_model"]}
+REQUIRED_FLAGS = {
+    "qdagger_dqn_atari_impalacnn.py": ["--teacher-model-path", "teacher.cleanrl_model"],
+    "qdagger_dqn_atari_jax_impalacnn.py": ["--teacher-model-path", "teacher.cleanrl_model"],
+}
 
 
 @pytest.fixture(scope="module")

@@ -69,3 +69,17 @@ def test_every_script_has_the_common_args(script):
     # JAX picks its device itself and has no cudnn switch: its scripts have no --cuda / --torch-deterministic
     expected = [name for name in COMMON_ARGS if not ("_jax" in script and name in {"cuda", "torch_deterministic"})]
     assert [name for name in fields if name in expected] == expected, set(expected) - set(fields)
+
+
+def test_every_script_has_an_evaluator_and_its_model_class():
+    """enjoy and --save-model's evaluation find each script's evaluator module and the network class it loads."""
+    import ast
+
+    from cleanrl_utils.enjoy import EVALUATORS
+
+    scripts = {path.stem: path for path in (REPO / "cleanrl").glob("*.py")}
+    assert set(EVALUATORS) == set(scripts), set(EVALUATORS) ^ set(scripts)
+    for script, (module, model_class, _) in EVALUATORS.items():
+        assert (REPO / f"{module.replace('.', '/')}.py").is_file(), module
+        classes = {node.name for node in ast.walk(ast.parse(scripts[script].read_text())) if isinstance(node, ast.ClassDef)}
+        assert model_class in classes, (script, model_class)

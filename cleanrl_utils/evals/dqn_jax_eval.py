@@ -1,5 +1,5 @@
-"""Evaluate a model saved by `cleanrl/dqn_jax.py` or `dqn_atari_jax.py --save-model`: play episodes epsilon-greedily,
-return their scores."""
+"""Evaluate a model saved by `cleanrl/dqn_jax.py`, `dqn_atari_jax.py` or `qdagger_dqn_atari_jax_impalacnn.py`
+`--save-model`: play episodes epsilon-greedily, return their scores."""
 
 from collections.abc import Callable
 
