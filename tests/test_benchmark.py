@@ -3,6 +3,7 @@ a killed sweep left behind, the live display on a terminal, W&B tags, the render
 (The Slurm path on a real cluster: test_slurm.py.)"""
 
 import fcntl
+import importlib
 import os
 import pty
 import re
@@ -13,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, assert_clean_failure, load_checkpoint, run_dirs, run_utility, scalars, script_env
+from helpers import REPO, assert_clean_failure, load_checkpoint, load_script, run_dirs, run_utility, scalars, script_env
 
 # every test here starts a script or a utility in a new process
 pytestmark = pytest.mark.e2e
@@ -338,9 +339,13 @@ SWEEPS = sorted(path for path in (REPO / "benchmark").glob("*.sh") if not path.n
 def test_every_sweep_script_lists_three_seeds_of_its_script_on_registered_envs(sweep):
     import ale_py
     import gymnasium as gym
+    import minigrid
+    from brax import envs as brax_envs
     from envpool.registration import registry as envpool_registry
 
     gym.register_envs(ale_py)  # the Atari sweeps' ids
+    gym.register_envs(minigrid)  # ppo_trxl.py's memory tasks, and its own ProofOfMemory-v0 below
+    load_script("ppo_trxl")
     result = subprocess.run(["bash", str(sweep), "--workers", "0"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     commands = [line.split() for line in result.stdout.splitlines() if line.startswith("python cleanrl/")]
@@ -351,6 +356,10 @@ def test_every_sweep_script_lists_three_seeds_of_its_script_on_registered_envs(s
         env_id, seed = command[command.index("--env-id") + 1], command[command.index("--seed") + 1]
         if "envpool" in command[1]:
             assert env_id in envpool_registry.specs, env_id  # EnvPool's own ids (Breakout-v5, ...)
+        elif "pettingzoo" in command[1]:
+            importlib.import_module(f"pettingzoo.atari.{env_id}")  # PettingZoo's multi-agent games (pong_v3, ...)
+        elif "brax" in command[1]:
+            brax_envs.get_environment(env_id)  # Brax's own environments (ant, hopper, ...); raises for another name
         else:
             gym.spec(env_id)  # raises for an id Gymnasium does not know
         runs.add((command[1], env_id, seed))
