@@ -341,8 +341,7 @@ if __name__ == "__main__":
         with torch.no_grad():
             b_logprobs, _, b_values = agent.evaluate_actions(b_obs, b_actions)
             last_value = agent.get_value(torch.as_tensor(next_obs, device=device)).cpu().numpy()
-            # a truncated game (the ALE stops at 108,000 frames) bootstraps from the value of its real last observation;
-            # a termination, a lost life included, zeroes it, so only the rare truncations go through the network
+            # only a truncated game (at 108,000 frames) bootstraps, from V(its real last obs); a termination or lost life: 0
             final_values = np.zeros_like(rewards)
             truncated_steps = (episode_ends == 1) & (terminations == 0)
             if truncated_steps.any():

@@ -294,8 +294,7 @@ if __name__ == "__main__":
             name=run_name,
             save_code=True,
         )
-    # one step axis: offline update k at k, online step s at offline_steps + s (as the original); on resume, purge_step
-    # hides whatever a killed run logged after its last checkpoint
+    # one step axis: offline update k at k, online step s at offline_steps + s; purge_step: a resume logs no step twice
     logged = checkpoint["state"]["offline_step"] + checkpoint["global_step"] if checkpoint else None
     writer = SummaryWriter(run_dir, purge_step=logged + 1 if checkpoint else None)
     if not checkpoint:  # a resumed run keeps its first table
