@@ -53,6 +53,7 @@ EVALUATORS = {
     "dqn_atari_jax": ("cleanrl_utils.evals.dqn_jax_eval", "QNetwork", False),
     "c51_atari_jax": ("cleanrl_utils.evals.c51_jax_eval", "QNetwork", False),
     "ppo_continuous_action": ("cleanrl_utils.evals.ppo_continuous_action_eval", "Agent", True),
+    "ppo_continuous_action_brax_jax": ("cleanrl_utils.evals.ppo_brax_eval", "Agent", False),
     "rpo_continuous_action": ("cleanrl_utils.evals.ppo_continuous_action_eval", "Agent", True),
     "ddpg_continuous_action": ("cleanrl_utils.evals.ddpg_eval", "Actor", True),
     "td3_continuous_action": ("cleanrl_utils.evals.ddpg_eval", "Actor", True),
@@ -142,15 +143,18 @@ def main():
     if args.capture_video:  # before the first env is made: MuJoCo chooses how to render when it is first imported
         from cleanrl_utils.rendering import render_offscreen
 
-        render_offscreen(env_id)
+        render_offscreen(env_id, mujoco="brax" in exp_name)  # Brax draws its environments with MuJoCo's renderer
     evaluator_module, model_class, uses_torch = EVALUATORS[exp_name]
     script = load_script(exp_name)
     try:  # the script's own make_env registers what its ids need (a user's `module:` env, dm_control through Shimmy)
         if "envpool" in exp_name:  # an EnvPool script's make_env makes a pool of games at once
             script.make_env(env_id, 1, 0).close()
+        elif "brax" in exp_name:  # one functional Brax env serves every copy: nothing to close
+            script.make_env(env_id)
         else:
             script.make_env(env_id, 0, False, "enjoy")().close()
-    except (gym.error.Error, ModuleNotFoundError, AssertionError) as e:  # EnvPool asserts on an id it does not know
+    # EnvPool asserts on an id it does not know, Brax raises KeyError
+    except (gym.error.Error, ModuleNotFoundError, AssertionError, KeyError) as e:
         fail(f"--env-id {env_id}: {e}")
 
     device_kwargs = {}

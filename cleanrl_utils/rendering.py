@@ -9,14 +9,15 @@ import sys
 import gymnasium as gym
 
 
-def render_offscreen(env_id: str):
+def render_offscreen(env_id: str, mujoco: bool = False):
     """Without a display, MuJoCo and dm_control tasks render through EGL, and pygame (classic control, Box2D) through
     SDL's dummy video driver, which needs no display and prints no error about a missing one. What the user set in
-    MUJOCO_GL or SDL_VIDEODRIVER wins. A MuJoCo task that nothing can render off-screen is refused: one line, exit 2."""
+    MUJOCO_GL or SDL_VIDEODRIVER wins. A MuJoCo task that nothing can render off-screen is refused: one line, exit 2.
+    `mujoco=True` says so for an id Gymnasium does not know (Brax's environments, drawn by MuJoCo's renderer)."""
     if not sys.platform.startswith("linux") or os.environ.get("DISPLAY"):
         return
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    if "MUJOCO_GL" in os.environ or not renders_with_mujoco(env_id):
+    if "MUJOCO_GL" in os.environ or not (mujoco or renders_with_mujoco(env_id)):
         return
     if ctypes.util.find_library("EGL") is None:
         print(
