@@ -76,7 +76,8 @@ def test_a_memoryless_policy_is_at_chance_on_the_proof_of_memory_env():
     # and with the cue drawn uniformly its success is exactly 1/2 (a mix of actions too)
     for cue in (0, 1):
         assert all(reward == float(action == cue) for _, action, reward in episodes[cue])
-    assert isinstance(env.unwrapped, trxl.ProofOfMemoryEnv)
+    # the id is the script's env (registered by whichever import of the script came first in this process)
+    assert type(env.unwrapped).__name__ == trxl.ProofOfMemoryEnv.__name__
     env.close()
 
 
