@@ -396,7 +396,6 @@ if __name__ == "__main__":
     recent_returns, start_time, start_step = deque(maxlen=20), time.time(), global_step
 
     for iteration_number in range(global_step // batch_size + 1, num_iterations + 1):
-        # Annealing the rate if instructed to do so.
         learning_rate = args.learning_rate
         if args.anneal_lr:
             frac = 1.0 - (iteration_number - 1.0) / num_iterations
