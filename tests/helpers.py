@@ -1,9 +1,12 @@
 """What the script tests share: run a cleanrl script as a user would, and read back what it logged."""
 
+import fcntl
+import functools
 import importlib.util
 import os
 import pathlib
 import runpy
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +33,10 @@ PPO_TAGS = [
     "losses/explained_variance",
 ]
 CURRENT_TEST = None  # the pytest item being set up or run (conftest.py's hook keeps it), for require_e2e
+# Procgen needs numpy < 2, so its scripts run in an environment of their own beside the dev one: the one the docs give
+# (docs/get-started.md), `.venv-procgen` at the repository root
+PROCGEN_SCRIPTS = {"ppo_procgen.py", "ppg_procgen.py"}
+PROCGEN_VENV = REPO / ".venv-procgen"
 
 
 def require_e2e():
@@ -37,6 +44,30 @@ def require_e2e():
     (`-m "not slow and not e2e"`) leaves it out; one that is not fails here, naming itself."""
     if CURRENT_TEST is not None and CURRENT_TEST.get_closest_marker("e2e") is None:
         raise AssertionError(f"{CURRENT_TEST.nodeid} starts a process: mark it @pytest.mark.e2e")
+
+
+@functools.cache
+def procgen_python() -> str:
+    """The interpreter of the Procgen environment, brought up to date with the lock file as the docs' command does it
+    (`UV_PROJECT_ENVIRONMENT=.venv-procgen uv run --no-dev --extra procgen ...`); a few seconds from uv's cache. A file
+    lock keeps pytest-xdist's workers from syncing it at the same time."""
+    uv = os.environ.get("UV") or shutil.which("uv")  # `uv run pytest` names its own binary in $UV
+    assert uv, "the Procgen tests need uv (https://docs.astral.sh/uv/) to build their environment"
+    env = {key: value for key, value in os.environ.items() if key != "VIRTUAL_ENV"}  # the dev venv's, not this one's
+    with open(REPO / ".venv-procgen.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(
+            [uv, "sync", "--frozen", "--no-dev", "--extra", "procgen", "--quiet"],
+            cwd=REPO,
+            env=dict(env, UV_PROJECT_ENVIRONMENT=str(PROCGEN_VENV)),
+            check=True,
+        )
+    return str(PROCGEN_VENV / "bin" / "python")
+
+
+def python_for(script: str) -> str:
+    """The interpreter a user runs `script` with: the Procgen environment's for the Procgen scripts, else this one."""
+    return procgen_python() if script in PROCGEN_SCRIPTS else sys.executable
 
 
 def script_env(**extra) -> dict:
@@ -51,7 +82,7 @@ def run_script(script: str, *flags: str, cwd: pathlib.Path, timeout: float = 300
     `env` adds variables."""
     require_e2e()
     return subprocess.run(
-        [sys.executable, str(REPO / "cleanrl" / script), *flags],
+        [python_for(script), str(REPO / "cleanrl" / script), *flags],
         cwd=cwd,
         env=script_env(**env),
         capture_output=True,
@@ -60,11 +91,14 @@ def run_script(script: str, *flags: str, cwd: pathlib.Path, timeout: float = 300
     )
 
 
-def run_utility(module: str, *flags: str, cwd: pathlib.Path, timeout: float = 300, **env) -> subprocess.CompletedProcess:
-    """`python -m cleanrl_utils.<module> <flags>` from `cwd`, as a user runs the utilities; `env` adds variables."""
+def run_utility(
+    module: str, *flags: str, cwd: pathlib.Path, timeout: float = 300, python: str = sys.executable, **env
+) -> subprocess.CompletedProcess:
+    """`python -m cleanrl_utils.<module> <flags>` from `cwd`, as a user runs the utilities (`python`: another
+    environment's interpreter); `env` adds variables."""
     require_e2e()
     return subprocess.run(
-        [sys.executable, "-m", f"cleanrl_utils.{module}", *flags],
+        [python, "-m", f"cleanrl_utils.{module}", *flags],
         cwd=cwd,
         env=script_env(PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS)]), **env),
         capture_output=True,
@@ -76,7 +110,7 @@ def run_utility(module: str, *flags: str, cwd: pathlib.Path, timeout: float = 30
 def start_script(script: str, *flags: str, cwd: pathlib.Path) -> subprocess.Popen:
     require_e2e()
     return subprocess.Popen(
-        [sys.executable, str(REPO / "cleanrl" / script), *flags],
+        [python_for(script), str(REPO / "cleanrl" / script), *flags],
         cwd=cwd,
         env=script_env(),
         stdout=subprocess.PIPE,
@@ -190,8 +224,9 @@ def check_enjoy_replays_the_evaluation(run_dir: pathlib.Path, tmp_path: pathlib.
     """enjoy, given the run's evaluation seed (the run's seed 1 + 100000), loads the very weights saved and replays the
     games of the run's own final evaluation."""
     eval_returns = [value for _, value in scalars(run_dir, "eval/final_episodic_return")]
-    model = run_dir / f"{run_dir.name.split('__')[1]}.cleanrl_model"
-    result = run_utility("enjoy", "--model-path", str(model), "--seed", "100001", "--eval-episodes", str(games), cwd=tmp_path)
+    exp_name = run_dir.name.split("__")[1]
+    flags = ["--model-path", str(run_dir / f"{exp_name}.cleanrl_model"), "--seed", "100001", "--eval-episodes", str(games)]
+    result = run_utility("enjoy", *flags, cwd=tmp_path, python=python_for(f"{exp_name}.py"))
     assert result.returncode == 0, result.stderr[-3000:]
     played = [float(line.split()[-1]) for line in result.stdout.splitlines() if line.startswith("episode ")]
     assert played == eval_returns[:games], (played, eval_returns)
