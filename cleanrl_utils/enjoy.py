@@ -24,6 +24,8 @@ from cleanrl_utils.reproduce import CLEANRL_SCRIPTS
 
 # every script evaluates its saved model on seed `args.seed + 100_000`: episodes its training never saw
 EVAL_SEED_OFFSET = 100_000
+# Procgen's scripts and models run in an environment of their own (docs/get-started.md)
+PROCGEN_RUN = "UV_PROJECT_ENVIRONMENT=.venv-procgen uv run --no-dev --extra procgen"
 
 # script -> (evaluator module, the script's network class, whether the evaluator runs torch on a device)
 EVALUATORS = {
@@ -33,6 +35,8 @@ EVALUATORS = {
     "ppo_atari_multigpu": ("cleanrl_utils.evals.ppo_eval", "Agent", True),
     "ppo_trxl": ("cleanrl_utils.evals.ppo_trxl_eval", "Agent", True),
     "ppo_pettingzoo_ma_atari": ("cleanrl_utils.evals.ppo_pettingzoo_eval", "Agent", True),
+    "ppo_procgen": ("cleanrl_utils.evals.ppo_procgen_eval", "Agent", True),
+    "ppg_procgen": ("cleanrl_utils.evals.ppo_procgen_eval", "Agent", True),
     "ppo_atari_envpool": ("cleanrl_utils.evals.ppo_envpool_eval", "Agent", True),
     "ppo_rnd_envpool": ("cleanrl_utils.evals.ppo_envpool_eval", "Agent", True),
     "ppo_atari_envpool_xla_jax": ("cleanrl_utils.evals.ppo_envpool_jax_eval", "Agent", False),
@@ -151,6 +155,13 @@ def main():
             script.make_env(env_id, 1, 0).close()
         elif "brax" in exp_name:  # one functional Brax env serves every copy: nothing to close
             script.make_env(env_id)
+        elif "procgen" in exp_name:  # Procgen aborts the whole process on a game it does not know: check its list first
+            if importlib.util.find_spec("procgen") is None:  # it needs numpy < 2: an environment of its own
+                fail(f"{exp_name} models play in Procgen's environment: {PROCGEN_RUN} python -m cleanrl_utils.enjoy ...")
+            from procgen.env import ENV_NAMES
+
+            if env_id not in ENV_NAMES:
+                raise gym.error.Error(f"not a Procgen game; one of {', '.join(ENV_NAMES)}")
         else:
             script.make_env(env_id, 0, False, "enjoy")().close()
     # EnvPool asserts on an id it does not know, Brax raises KeyError

@@ -93,6 +93,8 @@ def extras_for(script: str, env_id: str) -> list[str]:
         extras.append("envpool")
     elif "pettingzoo" in stem:  # multi-agent Atari, with the Atari extra
         extras.append("pettingzoo")
+    elif "procgen" in stem:  # Procgen's games, in their own resolution (numpy < 2)
+        extras.append("procgen")
     elif "brax" in stem:  # Brax brings its own environments, and JAX
         extras.append("brax")
     elif env_id.startswith("MiniGrid-"):
@@ -114,11 +116,15 @@ def extras_for(script: str, env_id: str) -> list[str]:
     return extras
 
 
+def uv_flags(script: str, env_id: str) -> list[str]:
+    """`--no-dev` and the model's extras: what `uv sync` installs, and what `uv run` must name again (a run without
+    `--extra procgen` would resolve the other fork and replace Procgen's numpy 1)."""
+    return ["--no-dev", *(token for extra in extras_for(script, env_id) for token in ("--extra", extra))]
+
+
 def install_steps(script: str, env_id: str) -> str:
     """The model card's install section: clone the project, and sync the core with the extras the model needs."""
-    sync = shlex.join(
-        ["uv", "sync", "--no-dev", *(token for extra in extras_for(script, env_id) for token in ("--extra", extra))]
-    )
+    sync = shlex.join(["uv", "sync", *uv_flags(script, env_id)])
     url = project_clone_url()
     clone = f"git clone {url} cleanrl" if url else "# get a clone of the cleanrl repository this model was trained with"
     steps = f"""```bash
@@ -184,7 +190,7 @@ From the repository's root: download this model and play it (10 episodes, by def
 above, the run's `--seed` + 100000):
 
 ```bash
-uv run --no-dev python -m cleanrl_utils.enjoy --exp-name {saved["script"][: -len(".py")]} --env-id {args["env_id"]} --hf-repo {repo_id}
+{shlex.join(["uv", "run", *uv_flags(saved["script"], args["env_id"])])} python -m cleanrl_utils.enjoy --exp-name {saved["script"][: -len(".py")]} --env-id {args["env_id"]} --hf-repo {repo_id}
 ```
 
 ## Command that trained it

@@ -36,3 +36,34 @@ def renders_with_mujoco(env_id: str) -> bool:
         return "mujoco" in str(gym.spec(env_id).entry_point)
     except (gym.error.Error, ModuleNotFoundError):  # an id gymnasium does not know: the script's own check names it
         return False
+
+
+class EpisodeVideos:
+    """`--capture-video` for an env that Gymnasium's RecordVideo cannot wrap (Procgen's gym3 vector env): one env's
+    frames, whole episodes written to `folder/rl-video-episode-{n}.mp4` on RecordVideo's schedule (episodes 0, 1, 8,
+    27, ..., 1000, then every 1000th). Call `add(frame, new_episode)` after each step, `new_episode` where the frame is
+    already the next episode's first; `close()` writes the episode in progress as far as it went, as RecordVideo does."""
+
+    def __init__(self, folder: str, first_frame, fps: int = 15):
+        from gymnasium.utils.save_video import capped_cubic_video_schedule  # imports moviepy: only when recording
+
+        os.makedirs(folder, exist_ok=True)
+        self.folder, self.fps, self.episode, self.scheduled = folder, fps, 0, capped_cubic_video_schedule
+        self.frames = [first_frame]
+
+    def add(self, frame, new_episode: bool):
+        if new_episode:
+            self._write()
+            self.episode += 1
+        if self.scheduled(self.episode):
+            self.frames.append(frame)
+
+    def _write(self):
+        from gymnasium.utils.save_video import save_video
+
+        if len(self.frames) > 1:  # not the lone first frame of an episode the env closes on
+            save_video(self.frames, self.folder, episode_trigger=lambda _: True, episode_index=self.episode, fps=self.fps)
+        self.frames = []
+
+    def close(self):
+        self._write()

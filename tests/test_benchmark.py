@@ -14,7 +14,17 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, assert_clean_failure, load_checkpoint, load_script, run_dirs, run_utility, scalars, script_env
+from helpers import (
+    REPO,
+    assert_clean_failure,
+    load_checkpoint,
+    load_script,
+    procgen_python,
+    run_dirs,
+    run_utility,
+    scalars,
+    script_env,
+)
 
 # every test here starts a script or a utility in a new process
 pytestmark = pytest.mark.e2e
@@ -335,6 +345,12 @@ def test_bad_input_is_one_clear_line(tmp_path, fake, flags, message):
 SWEEPS = sorted(path for path in (REPO / "benchmark").glob("*.sh") if not path.name.startswith("speed_"))
 
 
+def procgen_games() -> set[str]:
+    """Procgen's game names, read in its own environment (numpy < 2: it cannot be imported here)."""
+    command = [procgen_python(), "-c", "from procgen.env import ENV_NAMES; print(*ENV_NAMES)"]
+    return set(subprocess.run(command, capture_output=True, text=True, check=True).stdout.split())
+
+
 @pytest.mark.parametrize("sweep", SWEEPS, ids=[path.stem for path in SWEEPS])
 def test_every_sweep_script_lists_three_seeds_of_its_script_on_registered_envs(sweep):
     import ale_py
@@ -358,6 +374,8 @@ def test_every_sweep_script_lists_three_seeds_of_its_script_on_registered_envs(s
             assert env_id in envpool_registry.specs, env_id  # EnvPool's own ids (Breakout-v5, ...)
         elif "pettingzoo" in command[1]:
             importlib.import_module(f"pettingzoo.atari.{env_id}")  # PettingZoo's multi-agent games (pong_v3, ...)
+        elif "procgen" in command[1]:
+            assert env_id in procgen_games(), env_id  # Procgen's games (starpilot, bigfish, ...)
         elif "brax" in command[1]:
             brax_envs.get_environment(env_id)  # Brax's own environments (ant, hopper, ...); raises for another name
         else:

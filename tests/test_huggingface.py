@@ -156,7 +156,8 @@ def test_model_card_has_license_install_step_and_no_none_flags():
     install = card.text.split("## Install")[1].split("## Use it")[0]
     assert "\ncd cleanrl\nuv sync --no-dev --extra atari --extra jax\n" in install
     use = card.text.split("## Use it")[1].split("##")[0]
-    assert "uv run --no-dev python -m cleanrl_utils.enjoy --exp-name dqn_atari_jax --env-id ALE/Pong-v5 " in use
+    enjoy = "python -m cleanrl_utils.enjoy --exp-name dqn_atari_jax --env-id ALE/Pong-v5 "
+    assert f"uv run --no-dev --extra atari --extra jax {enjoy}" in use  # the extras again: uv run syncs by them
     assert "--hf-repo me/ALE-Pong-v5-dqn_atari_jax-seed3" in use
     spelled_out = [line for line in card.text.splitlines() if line.startswith("python cleanrl/dqn_atari_jax.py --exp-name")]
     assert spelled_out == [
@@ -181,6 +182,8 @@ def test_model_card_has_license_install_step_and_no_none_flags():
         ("ppo_continuous_action_brax_jax.py", "ant", ["brax"]),
         ("ppo_trxl.py", "MiniGrid-MemoryS9-v0", ["minigrid"]),
         ("ppo_trxl.py", "ProofOfMemory-v0", []),
+        ("ppo_procgen.py", "starpilot", ["procgen"]),
+        ("ppg_procgen.py", "bigfish", ["procgen"]),
     ],
 )
 def test_the_extras_a_model_needs(script, env_id, extras):
