@@ -5,6 +5,7 @@ is first imported."""
 import ctypes.util
 import os
 import sys
+import warnings
 
 import gymnasium as gym
 
@@ -45,7 +46,9 @@ class EpisodeVideos:
     already the next episode's first; `close()` writes the episode in progress as far as it went, as RecordVideo does."""
 
     def __init__(self, folder: str, first_frame, fps: int = 15):
-        from gymnasium.utils.save_video import capped_cubic_video_schedule  # imports moviepy: only when recording
+        with warnings.catch_warnings():  # Procgen's imageio-ffmpeg 0.3 warns that it imports pkg_resources
+            warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
+            from gymnasium.utils.save_video import capped_cubic_video_schedule  # imports moviepy: only when recording
 
         os.makedirs(folder, exist_ok=True)
         self.folder, self.fps, self.episode, self.scheduled = folder, fps, 0, capped_cubic_video_schedule

@@ -1,5 +1,5 @@
-"""cleanrl/ppo_procgen.py: the reward scaling, the GAE with Procgen's dones and the IMPALA CNN by hand (in this
-environment, importing the script without Procgen); then, in Procgen's own environment (`.venv-procgen`, numpy < 2;
+"""cleanrl/ppo_procgen.py: the reward scaling and the GAE with Procgen's dones (ppg_procgen.py's too), the IMPALA CNN,
+by hand (in this environment, importing the script without Procgen); then, in Procgen's own environment (`.venv-procgen`, numpy < 2;
 tests/helpers.py runs the script there), smoke with every flag, enjoy replaying the evaluation, an exact resume, and
 bad inputs. No learning test: Procgen needs millions of steps (docs/algorithms/ppo_procgen.md)."""
 
@@ -40,11 +40,12 @@ def load_ppo():
     return load_script("ppo_procgen")
 
 
-def test_reward_scaling_by_hand():
+@pytest.mark.parametrize("script", ["ppo_procgen", "ppg_procgen"])  # the two scripts share these pieces
+def test_reward_scaling_by_hand(script):
     """Gym's NormalizeReward: returns G = gamma * G + r per env, restarted after the reward where a game ended; each
     reward divided by sqrt(var + 1e-8), var the variance of every G seen so far (with RunningMeanStd's prior: weight
     1e-4 at mean 0, variance 1), then clipped to [-10, 10]."""
-    scale_rewards = load_ppo().scale_rewards
+    scale_rewards = load_script(script).scale_rewards
     discounted_returns, return_rms = np.zeros(2), RunningMeanStd()
     steps = [([1.0, 2.0], [False, True]), ([4.0, 0.0], [False, False]), ([0.0, 1000.0], [False, False])]
     expected_returns = [[1.0, 2.0], [4.5, 0.0], [2.25, 1000.0]]  # env 1's game ended at step 0: its sum restarted
@@ -66,14 +67,15 @@ def test_reward_scaling_by_hand():
     assert scaled.tolist() == [10.0, 0.0]
 
 
-def test_gae_with_dones_by_hand():
+@pytest.mark.parametrize("script", ["ppo_procgen", "ppg_procgen"])
+def test_gae_with_dones_by_hand(script):
     """gamma 0.5, lambda 0.5. Env 0's game ends at step 1 (obs[2] is the next game's first): no bootstrap from it and no
     advantage across it. Env 1 plays on: it bootstraps from last_value."""
     rewards = np.array([[1.0, 0.0], [2.0, 1.0], [0.0, 3.0]])
     values = np.array([[1.0, 2.0], [2.0, 4.0], [4.0, 2.0]])
     dones = np.array([[0, 0], [1, 0], [0, 0]], dtype=np.float32)
     last_value = np.array([8.0, 6.0])
-    advantages, returns = load_ppo().compute_gae(rewards, values, last_value, dones, 0.5, 0.5)
+    advantages, returns = load_script(script).compute_gae(rewards, values, last_value, dones, 0.5, 0.5)
     d2, d1, d0 = 0 + 0.5 * 8 - 4, 2 - 2, 1 + 0.5 * 2 - 1  # env 0: 0.0, 0.0 (the end), 1.0
     np.testing.assert_allclose(advantages[:, 0], [d0 + 0.25 * d1, d1, d2])
     e2, e1, e0 = 3 + 0.5 * 6 - 2, 1 + 0.5 * 2 - 4, 0 + 0.5 * 4 - 2  # env 1: 4.0, -2.0, 0.0
