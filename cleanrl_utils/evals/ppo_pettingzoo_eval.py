@@ -5,51 +5,43 @@ script's `--capture-video` recorder, `RecordGames`.
 The policy samples its actions, as ppo_eval.py's does: greedy self-play can stall a game for good (measured on
 pong_v3: both players' NOOP never serves, and the game runs to PettingZoo's 100,000-frame truncation, 25,000 steps)."""
 
-import os
 from collections.abc import Callable
 
-import numpy as np
 import supersuit as ss
 import torch
-from gymnasium.utils.save_video import capped_cubic_video_schedule, save_video
 from pettingzoo.utils.wrappers import BaseParallelWrapper
+
+from cleanrl_utils.rendering import EpisodeVideos
 
 FPS = 15  # one frame per agent step: the ALE's 60 frames a second, 4 frames a step
 
 
 class RecordGames(BaseParallelWrapper):
     """The screen (the game's RGB render, 210 x 160) after each agent step of a PettingZoo parallel env made with
-    `render_mode="rgb_array"`, whole games, written to `folder/rl-video-episode-{n}.mp4` on Gymnasium's RecordVideo
-    schedule (games 0, 1, 8, 27, ..., 1000, then every 1000th). It wraps the game above the frame skip, where a step
-    is an agent's, and sees a game's last screen before supersuit's vector env resets it. A game in progress when the
-    env closes is written as far as it went, as RecordVideo does."""
+    `render_mode="rgb_array"`, whole games, written by `cleanrl_utils.rendering.EpisodeVideos` (RecordVideo's schedule
+    and file names). It wraps the game above the frame skip, where a step is an agent's, and sees a game's last screen
+    before supersuit's vector env resets it: a game is written when the next one starts, or when the env closes."""
 
     def __init__(self, env, folder: str):
         super().__init__(env)
-        self.folder, self.game, self.frames = folder, 0, []
-        os.makedirs(folder, exist_ok=True)
+        self.folder, self.videos = folder, None
 
     def reset(self, seed=None, options=None):
         result = self.env.reset(seed=seed, options=options)
-        self.frames = [self.env.render()] if capped_cubic_video_schedule(self.game) else []
+        if self.videos is None:
+            self.videos = EpisodeVideos(self.folder, self.env.render(), fps=FPS)
+        else:
+            self.videos.add(self.env.render(), new_episode=True)
         return result
 
     def step(self, actions):
         result = self.env.step(actions)
-        if self.frames:
-            self.frames.append(self.env.render())
-        if all(np.logical_or(list(result[2].values()), list(result[3].values()))):  # every player done: game over
-            self._write()
-            self.game += 1
+        self.videos.add(self.env.render(), new_episode=False)
         return result
 
-    def _write(self):
-        if len(self.frames) > 1:  # not the lone first screen of a game the env closes on
-            save_video(self.frames, self.folder, episode_trigger=lambda _: True, episode_index=self.game, fps=FPS)
-        self.frames = []
-
     def close(self):
-        self._write()
+        if self.videos is not None:
+            self.videos.close()
         return self.env.close()
 
 
